@@ -1,0 +1,199 @@
+"""The BLAS chapter's experiments: levels 1, 2 and 3 measured, and the two ceilings of the roofline.
+
+Each experiment returns rows (one dict per measurement) and checks its result against a float64
+reference on fresh random data before timing anything.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from gpulab import env, flops, timing
+from gpulab.correctness import check_close, poisoned, random_tensor
+from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.sweep import run_sweep
+from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive_ints
+
+OPS = ("axpy", "dot", "gemv", "gemm")
+LEVEL = {"axpy": 1, "dot": 1, "gemv": 2, "gemm": 3}
+CHECK_ROWS = 64  # rows of a GEMM result compared with the float64 reference
+
+
+def _operands(op: str, n: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    if op in ("axpy", "dot"):
+        return {"x": random_tensor((n,), dtype, device), "y": random_tensor((n,), dtype, device)}
+    if op == "gemv":
+        return {"A": random_tensor((n, n), dtype, device), "x": random_tensor((n,), dtype, device),
+                "y": random_tensor((n,), dtype, device)}
+    return {"A": random_tensor((n, n), dtype, device), "B": random_tensor((n, n), dtype, device),
+            "C": poisoned((n, n), dtype, device)}
+
+
+def _operation(op: str, t: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """The call that is timed; each writes its result in place, as the BLAS routine does."""
+    alpha = 1e-3  # small, so thousands of repeated y += alpha*x stay far from overflow in float16
+    if op == "axpy":
+        return lambda: t["y"].add_(t["x"], alpha=alpha)
+    if op == "dot":
+        return lambda: torch.dot(t["x"], t["y"])
+    if op == "gemv":
+        return lambda: t["y"].addmv_(t["A"], t["x"])
+    return lambda: torch.mm(t["A"], t["B"], out=t["C"])
+
+
+def _check(op: str, t: dict[str, torch.Tensor], dtype_label: str) -> float:
+    """Run ``op`` once on fresh data and compare it with float64 arithmetic on the same inputs."""
+    d = {name: value.to(torch.float64, copy=True) for name, value in t.items()}  # copy: ops write in place
+    result = _operation(op, t)()
+    if op == "axpy":
+        reference = d["y"] + 1e-3 * d["x"]
+    elif op == "dot":
+        reference = torch.dot(d["x"], d["y"])
+    elif op == "gemv":
+        reference = d["y"] + d["A"] @ d["x"]
+    else:
+        rows = torch.randperm(d["A"].shape[0], device=d["A"].device)[:CHECK_ROWS]
+        return check_close(result[rows], d["A"][rows] @ d["B"], MATMUL_TOLERANCE[dtype_label], f"{op} {dtype_label}")
+    return check_close(result.reshape(reference.shape), reference, MATMUL_TOLERANCE[dtype_label], f"{op} {dtype_label}")
+
+
+def measure_blas(op: str, n: int, dtype: str = "float32", device: torch.device | None = None) -> dict:
+    """Check then time one BLAS call of size ``n``; returns a row with time, GFLOP/s and GB/s."""
+    if op not in OPS:
+        raise ValueError(f"op: unknown operation {op!r}; choose one of {', '.join(OPS)}")
+    n, label = positive_int("n", n), dtype_name(dtype)
+    device = device or env.device()
+    cost = flops.blas(op, n, label)
+    # the operands, plus float64 copies for the check
+    elements = {"axpy": 2 * n, "dot": 2 * n, "gemv": n * n + 2 * n, "gemm": 3 * n * n}[op]
+    fits_in_memory("n", elements * (flops.bytes_per_element(label) + 8), device)
+    with matmul_mode(label) as torch_dtype:
+        operands = _operands(op, n, torch_dtype, device)
+        error = _check(op, operands, label)
+        operands = _operands(op, n, torch_dtype, device)  # fresh data for the timed runs
+        measured = timing.measure(_operation(op, operands), device=device)
+    return {
+        "op": op, "level": LEVEL[op], "n": n, "dtype": label,
+        "seconds": measured.median_s, "spread": measured.spread,
+        "flops": cost.flops, "bytes": cost.bytes, "intensity": cost.intensity,
+        "gflops": cost.flops / measured.median_s / 1e9, "gbytes_per_s": cost.bytes / measured.median_s / 1e9,
+        "relative_error": error,
+    }
+
+
+def blas_sweep(ops: Sequence[str], sizes: Sequence[int], dtypes: Sequence[str]) -> list[dict]:
+    """Every op at every size and dtype; a size that does not fit is a row saying 'out of memory'."""
+    sizes = positive_ints("sizes", sizes)
+    points = [{"op": op, "n": n, "dtype": dtype_name(dt)} for dt in dtypes for op in ops for n in sizes]
+    return run_sweep(measure_blas, points)
+
+
+def levels_sweep(vector_sizes: Sequence[int], matrix_sizes: Sequence[int], dtypes: Sequence[str]) -> list[dict]:
+    """Levels 1 (axpy, dot) over ``vector_sizes`` and levels 2 and 3 (gemv, gemm) over ``matrix_sizes``."""
+    return blas_sweep(["axpy", "dot"], vector_sizes, dtypes) + blas_sweep(["gemv", "gemm"], matrix_sizes, dtypes)
+
+
+def measure_copy(nbytes: int, device: torch.device | None = None) -> dict:
+    """Bandwidth of a device-to-device copy of ``nbytes``, counting the bytes read and the bytes written."""
+    nbytes = positive_int("nbytes", nbytes)
+    device = device or env.device()
+    fits_in_memory("nbytes", 2 * nbytes, device)
+    source = torch.randint(0, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device=device)
+    target = torch.full_like(source, -1)
+    target.copy_(source)
+    if not torch.equal(target, source):
+        raise AssertionError("copy: the target differs from the source")
+    measured = timing.measure(lambda: target.copy_(source), device=device)
+    moved = 2 * source.numel() * 4
+    return {"nbytes": source.numel() * 4, "seconds": measured.median_s, "spread": measured.spread,
+            "gbytes_per_s": moved / measured.median_s / 1e9}
+
+
+def ceilings(copy_bytes: int, matmul_n: int, dtypes: Sequence[str]) -> list[dict]:
+    """The roofline's two ceilings on this device: copy bandwidth, and matmul rate per dtype."""
+    rows = [{"ceiling": "bandwidth", **row} for row in run_sweep(measure_copy, [{"nbytes": copy_bytes}])]
+    for row in blas_sweep(["gemm"], [matmul_n], dtypes):
+        rows.append({"ceiling": "compute", **row})
+    return rows
+
+
+def measure_blocked_gemm(n: int, block: int, dtype: str = "float32", device: torch.device | None = None) -> dict:
+    """C <- A B as n/block rank-``block`` updates C += A[:, k:k+b] B[k:k+b, :]: each update streams all of C.
+
+    This is the blocking argument made measurable: per update, 2 n^2 b FLOP against 2 n^2 words of
+    C traffic, so the intensity, and with it the attainable rate, grows with the block size.
+    """
+    n, block, label = positive_int("n", n), positive_int("block", block), dtype_name(dtype)
+    device = device or env.device()
+    cost = flops.blocked_gemm(n, block, label)  # also checks that block divides n
+    fits_in_memory("n", 3 * n * n * (flops.bytes_per_element(label) + 8), device)
+    with matmul_mode(label) as torch_dtype:
+        def rank_updates(A, B, C):
+            C.zero_()
+            for k in range(0, n, block):
+                C.addmm_(A[:, k:k + block], B[k:k + block, :])
+            return C
+
+        A, B = random_tensor((n, n), torch_dtype, device), random_tensor((n, n), torch_dtype, device)
+        C = poisoned((n, n), torch_dtype, device)
+        rows = torch.randperm(n, device=device)[:CHECK_ROWS]
+        error = check_close(rank_updates(A, B, C)[rows], A[rows].double() @ B.double(),
+                            MATMUL_TOLERANCE[label], f"blocked gemm, block {block}")
+        measured = timing.measure(lambda: rank_updates(A, B, C), device=device)
+    return {"n": n, "block": block, "dtype": label, "seconds": measured.median_s, "spread": measured.spread,
+            "flops": cost.flops, "bytes": cost.bytes, "intensity": cost.intensity,
+            "gflops": cost.flops / measured.median_s / 1e9, "relative_error": error}
+
+
+def blocked_gemm_sweep(n: int, blocks: Sequence[int], dtype: str = "float32") -> list[dict]:
+    blocks = positive_ints("blocks", blocks)
+    return run_sweep(measure_blocked_gemm, [{"n": n, "block": b, "dtype": dtype} for b in blocks])
+
+
+def _unsynchronized_seconds(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> float:
+    """The timing trap: read the host clock right after the call, without waiting for the device."""
+    samples = []
+    for _ in range(repeats):
+        timing.synchronize(device)  # start from an idle device, as a first measurement would
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    timing.synchronize(device)
+    return statistics.median(samples)
+
+
+def timing_trap(sizes: Sequence[int], numpy_sizes: Sequence[int], dtype: str = "float32") -> list[dict]:
+    """C = A B timed the wrong way (no synchronisation) and the right way on this device, plus NumPy on the CPU.
+
+    Rows have 'n', 'engine' ('torch on cuda', 'torch on cpu' or 'numpy on cpu'), 'seconds' and
+    'gflops' from the honest timer, and for torch rows 'naive_seconds' and 'naive_gflops'.
+    """
+    device, label = env.device(), dtype_name(dtype)
+    rows = []
+    with matmul_mode(label) as torch_dtype:
+        for n in positive_ints("sizes", sizes):
+            fits_in_memory("sizes", 3 * n * n * (flops.bytes_per_element(label) + 8), device)
+            A, B = random_tensor((n, n), torch_dtype, device), random_tensor((n, n), torch_dtype, device)
+            check = torch.randperm(n, device=device)[:CHECK_ROWS]
+            error = check_close((A @ B)[check], A[check].double() @ B.double(), MATMUL_TOLERANCE[label], "matmul")
+            work = flops.gemm(n, n, n, label).flops
+            naive = _unsynchronized_seconds(lambda A=A, B=B: A @ B, device)
+            honest = timing.measure(lambda A=A, B=B: A @ B, device=device).median_s
+            rows.append({"n": n, "engine": f"torch on {device.type}", "naive_seconds": naive,
+                         "naive_gflops": work / naive / 1e9, "seconds": honest, "gflops": work / honest / 1e9,
+                         "relative_error": error})
+            del A, B
+    generator = np.random.default_rng(0)
+    for n in positive_ints("numpy_sizes", numpy_sizes):
+        A, B = (generator.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+        reference = A[:CHECK_ROWS].astype(np.float64) @ B.astype(np.float64)
+        check_close(torch.from_numpy(A[:CHECK_ROWS] @ B), torch.from_numpy(reference), 1e-4, "numpy matmul")
+        honest = timing.measure(lambda A=A, B=B: A @ B, device=torch.device("cpu"), repeats=3).median_s
+        rows.append({"n": n, "engine": "numpy on cpu", "seconds": honest,
+                     "gflops": flops.gemm(n, n, n, "float32").flops / honest / 1e9})
+    return rows

@@ -1,0 +1,76 @@
+"""Argument checks shared by every public function of gpulab.
+
+Each check raises a ``ValueError`` whose message names the argument, so a notebook reader who
+types a bad size or dtype sees what was wrong instead of a stack trace from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# The dtypes the book measures, by the names a reader types in a widget or a parameters cell.
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "tf32": torch.float32,  # stored as float32; tensor cores round the inputs to 10 mantissa bits
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """The book's name for ``dtype`` ('float32', 'tf32', ...); raises ValueError for an unknown one."""
+    if isinstance(dtype, torch.dtype):
+        for name, value in DTYPES.items():
+            if value == dtype and name != "tf32":
+                return name
+    elif dtype in DTYPES:
+        return dtype
+    raise ValueError(f"dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype for a book dtype name (or a torch dtype, checked)."""
+    return DTYPES[dtype_name(dtype)]
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` as an int if it is a whole number > 0; otherwise ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ValueError(f"{name}: expected a positive whole number, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name}: must be > 0, got {value!r}")
+    return int(value)
+
+
+def positive_ints(name: str, values: object) -> list[int]:
+    """A non-empty list of positive ints, each checked as ``name``."""
+    if isinstance(values, int | float):
+        values = [values]
+    values = list(values)  # type: ignore[call-overload]
+    if not values:
+        raise ValueError(f"{name}: expected at least one size, got an empty list")
+    return [positive_int(name, v) for v in values]
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``, or None where that cannot be known."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not Linux: no cheap way to ask
+        return None
+
+
+def fits_in_memory(name: str, nbytes: int, device: torch.device, headroom: float = 0.9) -> None:
+    """Raise ValueError naming ``name`` if ``nbytes`` cannot fit in ``device``'s free memory."""
+    free = available_memory(device)
+    if free is not None and nbytes > headroom * free:
+        raise ValueError(
+            f"{name}: needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB is free on "
+            f"{device.type}; choose a smaller size"
+        )

@@ -1,0 +1,68 @@
+"""ipywidgets explorers that measure live, built on the same functions the chapters call.
+
+A live control needs a running kernel. In the static book there is none, so every explorer is
+displayed with a fallback: pages built without a kernel show a line saying to launch the notebook
+(the book's configuration prefers that ``text/html`` over the widget view), while JupyterLab and
+Colab show the widget itself. The static page gets its exploration from recorded data instead
+(see :func:`gpulab.plots.roofline_explorer_figure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as w
+from IPython.display import display
+
+from gpulab import blas, plots
+from gpulab.roofline import Roofline
+from gpulab.sweep import run_sweep
+
+NEEDS_KERNEL = (
+    "This explorer measures live and needs a running kernel: launch this notebook (the Colab button at "
+    "the top of the page, or Jupyter on your own machine) to use it."
+)
+
+
+def show(widget: w.Widget) -> None:
+    """Display ``widget``; where no kernel can answer it (the static book) show how to launch it instead."""
+    display({
+        "application/vnd.jupyter.widget-view+json": {
+            "version_major": 2, "version_minor": 0, "model_id": widget.model_id,
+        },
+        "text/plain": NEEDS_KERNEL,
+        "text/html": f'<p class="gpulab-needs-kernel"><em>{NEEDS_KERNEL}</em></p>',
+    }, raw=True)
+
+
+def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Sequence[str],
+                      ops: Sequence[str] = blas.OPS) -> w.Widget:
+    """Pick an operation, a size and a dtype, press Measure: the measurement lands on this device's roofline.
+
+    Each measurement stays on the plot, so a reader can build up the picture point by point.
+    """
+    op = w.Dropdown(options=list(ops), value="gemm" if "gemm" in ops else ops[0], description="operation")
+    size = w.SelectionSlider(options=list(sizes), value=sizes[len(sizes) // 2], description="n")
+    dtype = w.Dropdown(options=[d for d in dtypes if d in roofline.peaks], description="dtype")
+    button = w.Button(description="Measure", button_style="primary", icon="play")
+    output = w.Output()
+    points: list[dict] = []
+
+    def measure(_button=None) -> None:
+        with output:
+            output.clear_output(wait=True)
+            try:
+                (row,) = run_sweep(blas.measure_blas, [{"op": op.value, "n": size.value, "dtype": dtype.value}])
+            except (ValueError, AssertionError) as error:  # a bad size or a failed check: say so, keep going
+                print(f"Not measured: {error}")
+                return
+            if row["status"] != "ok":
+                print(f"{op.value} at n = {size.value} in {dtype.value}: {row['status']}")
+            else:
+                points.append(row)
+            display(plots.roofline_figure(roofline, points, dtypes=sorted({p["dtype"] for p in points}) or None))
+
+    button.on_click(measure)
+    explorer = w.VBox([w.HBox([op, size, dtype, button]), output])
+    show(explorer)
+    return explorer

@@ -1,0 +1,60 @@
+"""`make gpu-run`: on a GPU machine, execute every notebook at full size and refresh the recordings.
+
+Each chapter and lab solution runs under papermill with its default (full) parameters and
+``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``.
+The executed notebooks go to ``_build/gpu-run/``. Then the timing-fidelity benchmark compares
+``gpulab.timing`` with ``triton.testing.do_bench``; the run fails if they differ by more than 3%.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import papermill  # noqa: E402
+
+from gpulab import env, results, timing  # noqa: E402
+
+TOLERANCE = 0.03
+
+
+def main() -> int:
+    if not env.has_gpu():
+        print("make gpu-run needs a CUDA GPU; this machine has none.")
+        return 2
+    os.environ["GPULAB_RECORD"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    print(env.banner(), flush=True)
+    out = ROOT / "_build" / "gpu-run"
+    out.mkdir(parents=True, exist_ok=True)
+    notebooks = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("labs/solutions/*.ipynb"))
+    only = sys.argv[1:]
+    for path in notebooks:
+        if only and not any(name in path.name for name in only):
+            continue
+        start = time.perf_counter()
+        papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False)
+        print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s", flush=True)
+
+    fidelity = results.run("timing_fidelity", timing.compare_with_do_bench)
+    results.save(fidelity)
+    print(f"\nTiming fidelity on {fidelity.device_name} (medians):")
+    print(f"{'work':>24} {'gpulab.timing':>14} {'do_bench':>12} {'difference':>11}")
+    for row in fidelity.rows:
+        print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:11.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
+              f"{row['difference']:+10.2%}")
+    worst = max(abs(row["difference"]) for row in fidelity.rows)
+    if worst > TOLERANCE:
+        print(f"FAIL: the timers differ by {worst:.1%}, more than {TOLERANCE:.0%}")
+        return 1
+    print(f"OK: the timers agree within {TOLERANCE:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
