@@ -4,7 +4,7 @@ In a plain Jupyter kernel plotly emits only ``application/vnd.plotly.v1+json``. 
 that, but MyST-NB (the book's notebook renderer) drops it, so the book would show nothing. Importing
 this module registers a renderer, ``gpulab``, that emits that mime type *and* a ``text/html`` div
 which calls the page's global ``Plotly``; the book loads plotly.js once per page from its own
-``_static/`` (see ``book/_ext/plotly_offline.py``). On Colab, VS Code and other hosts that plotly
+``_static/`` (see ``book/_ext/page_scripts.py``). On Colab, VS Code and other hosts that plotly
 recognises, plotly's own renderer is kept.
 """
 

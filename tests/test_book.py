@@ -1,0 +1,40 @@
+"""The built HTML: every page exists, plotly.js is served locally once per page, GPU data is labelled."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import book_pages
+from gpulab import results
+
+
+def test_plotly_is_served_from_the_book_once_per_page(built_book):
+    assert (built_book / "_static" / "plotly.min.js").stat().st_size > 1_000_000
+    for page in book_pages(built_book):
+        html = page.read_text()
+        tags = re.findall(r'<script[^>]*src="[^"]*plotly[^"]*"', html)
+        assert len(tags) == 1 and "_static/plotly.min.js" in tags[0], page
+        assert "cdn.plot.ly" not in html, page
+
+
+def test_blas_page_shows_the_recorded_gpu_with_name_and_date(built_book):
+    html = (built_book / "notebooks" / "01_blas_levels.html").read_text()
+    recording = results.load("blas_ceilings")
+    assert recording is not None, "no GPU recording of blas_ceilings under results/"
+    label = f"{recording.device_name}, recorded {recording.date}"
+    assert f"Roofline of {label}" in html
+    assert html.count("plotly-graph-div") >= 6
+    assert "gpulab-needs-kernel" in html  # the live explorer says how to launch it
+
+
+def test_notebook_pages_have_an_open_in_colab_button(built_book):
+    for name in ("notebooks/01_blas_levels.html", "labs/01_gflops_vs_n.html"):
+        html = (built_book / name).read_text()
+        assert "colab.research.google.com/github/dnn-gpu-book/dnn-computing-on-gpus/blob/main/" in html, name
+
+
+def test_bibliography_and_math_render(built_book):
+    bibliography = (built_book / "book" / "bibliography.html").read_text()
+    assert "Roofline: an insightful visual performance model" in bibliography
+    chapter = (built_book / "notebooks" / "01_blas_levels.html").read_text()
+    assert 'class="math' in chapter and "bibliography.html#" in chapter

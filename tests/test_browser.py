@@ -1,0 +1,91 @@
+"""Open every page of the built book in Chromium with the network cut off, as a reader offline would.
+
+Every request that is not to the local server is blocked. A page fails if it raises a JavaScript
+error, or if any plotly figure on it has not drawn. Blocked outside requests are listed.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import book_pages
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def server(built_book: Path):
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync",
+        ])
+        yield browser
+        browser.close()
+
+
+def visit(browser, server: str, path: str) -> dict:
+    """Load one page offline; return its JavaScript errors, blocked requests and figure states."""
+    page = browser.new_page()
+    errors, blocked = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def route(route):
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", route)
+    page.goto(f"{server}/{path}", wait_until="load")
+    page.wait_for_timeout(300)
+    figures = page.eval_on_selector_all(
+        ".plotly-graph-div", "divs => divs.map(d => d.classList.contains('js-plotly-plot') && !!d.querySelector('svg.main-svg'))"
+    )
+    page.close()
+    return {"errors": errors, "blocked": blocked, "figures": figures}
+
+
+def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser):
+    failures, blocked = [], set()
+    for page in book_pages(built_book):
+        path = page.relative_to(built_book).as_posix()
+        result = visit(browser, server, path)
+        blocked.update(result["blocked"])
+        if result["errors"]:
+            failures.append(f"{path}: JavaScript errors {result['errors']}")
+        if not all(result["figures"]):
+            failures.append(f"{path}: {result['figures'].count(False)} of {len(result['figures'])} figures did not draw")
+    if blocked:
+        print("blocked outside requests:", *sorted(blocked), sep="\n  ")
+    assert not failures, "\n".join(failures)
+
+
+def test_chapter_figures_draw(built_book, server, browser):
+    """The BLAS chapter has figures, and they all draw with the network cut off."""
+    result = visit(browser, server, "notebooks/01_blas_levels.html")
+    assert len(result["figures"]) >= 4 and all(result["figures"]), result

@@ -1,0 +1,125 @@
+"""Unit tests of gpulab's core: argument checks, counts, timing, roofline, sweeps and lab graders."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from gpulab import checks, env, flops, timing
+from gpulab.correctness import check_close, relative_error
+from gpulab.roofline import Roofline
+from gpulab.sweep import OUT_OF_MEMORY, run_sweep
+from gpulab.validation import dtype_name, fits_in_memory, positive_int
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, "8", True, None])
+def test_positive_int_rejects_bad_sizes_naming_the_argument(value):
+    with pytest.raises(ValueError, match="^n:"):
+        positive_int("n", value)
+
+
+def test_unknown_dtype_is_named():
+    with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
+        dtype_name("float8")
+    assert dtype_name(torch.float16) == "float16"
+
+
+def test_size_that_cannot_fit_is_rejected():
+    with pytest.raises(ValueError, match="^n: needs .* GiB"):
+        fits_in_memory("n", 2**60, torch.device("cpu"))
+
+
+def test_blas_counts():
+    assert flops.axpy(1000).flops == 2000 and flops.axpy(1000).bytes == 12000
+    assert flops.dot(10, "float64").bytes == 160
+    assert flops.gemv(3, 4).flops == 24 and flops.gemv(3, 4).bytes == (12 + 4 + 6) * 4
+    gemm = flops.gemm(100, 200, 300, "float16")
+    assert gemm.flops == 2 * 100 * 200 * 300 and gemm.bytes == (100 * 300 + 300 * 200 + 100 * 200) * 2
+    # float32 gemm intensity grows like n/6
+    assert flops.gemm(6000, 6000, 6000).intensity == pytest.approx(1000)
+
+
+def test_blocked_gemm_intensity_is_the_block_size_in_words():
+    n, block = 4096, 256
+    cost = flops.blocked_gemm(n, block, "float32")
+    blocks = n // block
+    assert cost.bytes == 4 * (2 * blocks + 2) * n * n  # the course's m = (2N + 2) n^2 words
+    assert cost.intensity * 4 == pytest.approx(block, rel=0.07)  # q = f/m ~ n/N = block
+    with pytest.raises(ValueError, match="^block: must divide"):
+        flops.blocked_gemm(100, 7)
+
+
+def test_timer_measures_a_known_duration():
+    measured = timing.measure(lambda: time.sleep(0.004), device=torch.device("cpu"), warmup=1, repeats=5)
+    assert len(measured.samples_s) == 5
+    assert 0.004 <= measured.median_s < 0.05
+    assert measured.rate(8.0) == pytest.approx(8.0 / measured.median_s)
+    with pytest.raises(ValueError, match="^repeats"):
+        timing.measure(lambda: None, device=torch.device("cpu"), repeats=0)
+
+
+def test_relative_error_and_nan():
+    reference = torch.randn(50, 50)
+    assert relative_error(reference.clone(), reference) == 0
+    noisy = reference + 1e-3 * torch.randn(50, 50)
+    assert 1e-4 < relative_error(noisy, reference) < 1e-2
+    poisoned = reference.clone()
+    poisoned[3, 4] = float("nan")
+    with pytest.raises(AssertionError, match="relative error nan"):
+        check_close(poisoned, reference, 1.0, "poisoned")
+
+
+def test_roofline_model():
+    rows = [{"ceiling": "bandwidth", "gbytes_per_s": 1000.0, "status": "ok"},
+            {"ceiling": "compute", "dtype": "float32", "gflops": 50_000.0, "status": "ok"},
+            {"ceiling": "compute", "dtype": "float16", "status": OUT_OF_MEMORY}]
+    roof = Roofline.from_rows(rows, "test GPU")
+    assert roof.ridge("float32") == pytest.approx(50)
+    assert roof.attainable(10, "float32") == pytest.approx(1e13)
+    assert roof.attainable(100, "float32") == pytest.approx(5e13)
+    assert roof.bound(10, "float32") == "memory-bound"
+    with pytest.raises(ValueError, match="^dtype: no measured peak for 'float16'"):
+        roof.peak("float16")
+    with pytest.raises(ValueError, match="^intensity"):
+        roof.attainable(0, "float32")
+
+
+def test_sweep_turns_out_of_memory_into_a_row_and_goes_on():
+    def measure(n):
+        if n > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
+        return {"value": n * 10}
+
+    rows = run_sweep(measure, [{"n": 1}, {"n": 3}, {"n": 2}])
+    assert [r["status"] for r in rows] == ["ok", OUT_OF_MEMORY, "ok"]
+    assert rows[2]["value"] == 20
+
+
+def test_sweep_does_not_hide_other_errors():
+    def measure(n):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_sweep(measure, [{"n": 1}])
+
+
+def test_banner_without_gpu(monkeypatch):
+    monkeypatch.setenv("GPULAB_DEVICE", "cpu")
+    assert env.device().type == "cpu"
+    assert env.banner().startswith("CPU - no CUDA device")
+    assert env.slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_strict_grader_raises_and_lenient_grader_hints(capsys):
+    strict = checks.Grader(strict=True)
+    strict.close("two", lambda: 2.0, 2.0, 1e-9, "hint")
+    with pytest.raises(checks.CheckFailed, match="hint: add more"):
+        strict.close("three", lambda: None, 3.0, 1e-9, "add more")
+    lenient = checks.Grader(strict=False)
+    lenient.check("broken", lambda: 1 / 0, "divide by something else")
+    lenient.close("nan", lambda: float("nan"), 1.0, 0.5, "not a number")
+    out = capsys.readouterr().out
+    assert "ZeroDivisionError" in out and "hint: divide by something else" in out and "hint: not a number" in out
+    assert lenient.failed == ["broken", "nan"]

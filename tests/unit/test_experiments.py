@@ -1,0 +1,110 @@
+"""The BLAS experiments, recordings, figures and widgets, run small on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpulab import blas, plots, results, widgets
+from gpulab.roofline import Roofline
+
+
+@pytest.mark.parametrize("op", blas.OPS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_measure_blas_checks_and_times(op, dtype):
+    row = blas.measure_blas(op, 64, dtype)
+    assert row["op"] == op and row["dtype"] == dtype and row["seconds"] > 0
+    assert row["gflops"] == pytest.approx(row["flops"] / row["seconds"] / 1e9)
+    assert row["relative_error"] < 0.05
+
+
+def test_measure_blas_catches_a_wrong_result(monkeypatch):
+    real = blas._operation
+
+    def off_by_one(op, t):
+        fn = real(op, t)
+        return lambda: fn().add_(1)
+
+    monkeypatch.setattr(blas, "_operation", off_by_one)
+    with pytest.raises(AssertionError, match="relative error"):
+        blas.measure_blas("gemm", 32, "float32")
+
+
+def test_measure_blas_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="^op:"):
+        blas.measure_blas("trsm", 64)
+    with pytest.raises(ValueError, match="^dtype:"):
+        blas.measure_blas("gemm", 64, "int8")
+    with pytest.raises(ValueError, match="^n:"):
+        blas.measure_blas("gemm", 0)
+    with pytest.raises(ValueError, match="^n: needs"):
+        blas.measure_blas("gemm", 10**7)
+
+
+def test_blocked_gemm_and_ceilings():
+    rows = blas.blocked_gemm_sweep(128, [8, 128])
+    assert [r["block"] for r in rows] == [8, 128] and all(r["status"] == "ok" for r in rows)
+    assert rows[0]["intensity"] < rows[1]["intensity"]
+    roof = Roofline.from_rows(blas.ceilings(2**20, 64, ["float32"]), "cpu")
+    assert roof.bandwidth > 0 and roof.peak("float32") > 0
+
+
+def test_recording_round_trip_and_staleness(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    recording = results.run("tiny", blas.levels_sweep, vector_sizes=[256], matrix_sizes=[16], dtypes=["float32"])
+    assert not recording.provenance.get("recorded") and recording.label.endswith("live")
+    path = results.save(recording)
+    assert path.parent.parent == tmp_path and path.name == "tiny.json"
+    loaded = results.load("tiny")
+    assert loaded.rows == json.loads(json.dumps(recording.rows)) and loaded.label.startswith(recording.device_name)
+    assert {"device", "date", "git_commit", "code_hash"} <= set(loaded.provenance)
+    assert not results.is_stale(loaded) and results.stale_recordings() == []
+    data = json.loads(path.read_text())
+    data["provenance"]["code_hash"] = "0" * 16
+    path.write_text(json.dumps(data))
+    assert results.stale_recordings() == [path]
+    assert results.load("no-such-experiment") is None
+
+
+def test_committed_recordings_are_complete_and_report_staleness():
+    """Every recording under results/ has rows and provenance; stale ones are reported (CI cannot refresh them)."""
+    for recording_path in sorted(results.results_dir().glob("*/*.json")):
+        data = json.loads(recording_path.read_text())
+        assert data["rows"] and data["provenance"]["device"]["kind"] == "cuda", recording_path
+        assert {"date", "code_hash", "git_commit"} <= set(data["provenance"]), recording_path
+    stale = results.stale_recordings()
+    if stale:
+        pytest.skip("stale recordings, refresh with `make gpu-run`: " + ", ".join(p.name for p in stale))
+
+
+def test_renderer_emits_plotly_json_and_html():
+    fig = plots.sweep_figure([{"n": 1, "y": 2.0, "status": "ok"}, {"n": 2, "status": "out of memory"}],
+                             "n", "y", title="t", x_title="n", y_title="y")
+    bundle = plots.BookRenderer(config={}).to_mimebundle(fig.to_dict())
+    assert "application/vnd.plotly.v1+json" in bundle
+    assert "Plotly.newPlot" in bundle["text/html"] and "<script src" not in bundle["text/html"]
+    assert any("out of memory at 2" in a.text for a in fig.layout.annotations)
+
+
+def test_roofline_figures():
+    roof = Roofline("gpu", 1e12, {"float32": 5e13, "float16": 4e14})
+    points = [blas.measure_blas("gemm", 32, "float32")]
+    assert len(plots.roofline_figure(roof, points).data) == 3  # two roofs, one point
+    explorer = plots.roofline_explorer_figure(roof, points + [blas.measure_blas("gemm", 32, "float16")], title="x")
+    assert [b.label for b in explorer.layout.updatemenus[0].buttons] == ["float32", "float16"]
+
+
+def test_explorer_measures_on_click_and_survives_bad_input(capsys):
+    # Outside a kernel, what the explorer displays in its output area goes to stdout.
+    roof = Roofline("cpu", 1e10, {"float32": 1e11})
+    explorer = widgets.roofline_explorer(roof, sizes=[16, 32], dtypes=["float32", "float16"])
+    controls, _output = explorer.children
+    op, size, dtype, button = controls.children
+    assert list(dtype.options) == ["float32"]  # only dtypes with a measured peak
+    button.click()
+    assert "gemm n=32 float32" in capsys.readouterr().out  # the measured point, drawn on the roofline
+    size.options = [16, 10**7]
+    size.value = 10**7
+    button.click()
+    assert "Not measured: n: needs" in capsys.readouterr().out
