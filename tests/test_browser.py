@@ -63,9 +63,8 @@ def visit(browser, server: str, path: str) -> dict:
     page.route("**/*", route)
     page.goto(f"{server}/{path}", wait_until="load")
     page.wait_for_timeout(300)
-    figures = page.eval_on_selector_all(
-        ".plotly-graph-div", "divs => divs.map(d => d.classList.contains('js-plotly-plot') && !!d.querySelector('svg.main-svg'))"
-    )
+    drawn = "divs => divs.map(d => d.classList.contains('js-plotly-plot') && !!d.querySelector('svg.main-svg'))"
+    figures = page.eval_on_selector_all(".plotly-graph-div", drawn)
     page.close()
     return {"errors": errors, "blocked": blocked, "figures": figures}
 
@@ -79,7 +78,8 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
         if result["errors"]:
             failures.append(f"{path}: JavaScript errors {result['errors']}")
         if not all(result["figures"]):
-            failures.append(f"{path}: {result['figures'].count(False)} of {len(result['figures'])} figures did not draw")
+            missing = result["figures"].count(False)
+            failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
     if blocked:
         print("blocked outside requests:", *sorted(blocked), sep="\n  ")
     assert not failures, "\n".join(failures)
