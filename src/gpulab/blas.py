@@ -22,6 +22,7 @@ from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive
 OPS = ("axpy", "dot", "gemv", "gemm")
 LEVEL = {"axpy": 1, "dot": 1, "gemv": 2, "gemm": 3}
 CHECK_ROWS = 64  # rows of a GEMM result compared with the float64 reference
+AXPY_ALPHA = 1e-3  # small, so thousands of timed y += alpha*x stay far from overflow in float16
 
 
 def _operands(op: str, n: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
@@ -36,9 +37,8 @@ def _operands(op: str, n: int, dtype: torch.dtype, device: torch.device) -> dict
 
 def _operation(op: str, t: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
     """The call that is timed; each writes its result in place, as the BLAS routine does."""
-    alpha = 1e-3  # small, so thousands of repeated y += alpha*x stay far from overflow in float16
     if op == "axpy":
-        return lambda: t["y"].add_(t["x"], alpha=alpha)
+        return lambda: t["y"].add_(t["x"], alpha=AXPY_ALPHA)
     if op == "dot":
         return lambda: torch.dot(t["x"], t["y"])
     if op == "gemv":
@@ -50,16 +50,19 @@ def _check(op: str, t: dict[str, torch.Tensor], dtype_label: str) -> float:
     """Run ``op`` once on fresh data and compare it with float64 arithmetic on the same inputs."""
     d = {name: value.to(torch.float64, copy=True) for name, value in t.items()}  # copy: ops write in place
     result = _operation(op, t)()
+    scale = None
     if op == "axpy":
-        reference = d["y"] + 1e-3 * d["x"]
+        reference = d["y"] + AXPY_ALPHA * d["x"]
     elif op == "dot":
         reference = torch.dot(d["x"], d["y"])
+        scale = torch.dot(d["x"].abs(), d["y"].abs()).item()  # a sum of random terms cancels: bound by |x|.|y|
     elif op == "gemv":
         reference = d["y"] + d["A"] @ d["x"]
     else:
         rows = torch.randperm(d["A"].shape[0], device=d["A"].device)[:CHECK_ROWS]
         return check_close(result[rows], d["A"][rows] @ d["B"], MATMUL_TOLERANCE[dtype_label], f"{op} {dtype_label}")
-    return check_close(result.reshape(reference.shape), reference, MATMUL_TOLERANCE[dtype_label], f"{op} {dtype_label}")
+    return check_close(result.reshape(reference.shape), reference, MATMUL_TOLERANCE[dtype_label], f"{op} {dtype_label}",
+                       scale)
 
 
 def measure_blas(op: str, n: int, dtype: str = "float32", device: torch.device | None = None) -> dict:

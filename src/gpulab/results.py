@@ -177,5 +177,6 @@ def stale_recordings(root: Path | None = None) -> list[Path]:
 
 
 def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) -> tuple[Recording, Recording | None]:
-    """Run the experiment live here, and fetch the newest GPU recording of it to draw beside the live run."""
-    return run(experiment, fn, **params), load(experiment)
+    """Run the experiment live here, and the newest GPU recording made before this run, to draw beside it."""
+    recorded = load(experiment)  # before the run: with GPULAB_RECORD=1 the run replaces the recording
+    return run(experiment, fn, **params), recorded

@@ -108,3 +108,9 @@ def test_explorer_measures_on_click_and_survives_bad_input(capsys):
     size.value = 10**7
     button.click()
     assert "Not measured: n: needs" in capsys.readouterr().out
+
+
+def test_dot_check_is_relative_to_the_sum_of_magnitudes():
+    """A long float32 dot of random data cancels; its error is judged against |x|.|y|, so it passes every time."""
+    for _ in range(3):
+        assert blas.measure_blas("dot", 2**22, "float32")["relative_error"] < 1e-6
