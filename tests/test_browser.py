@@ -1,7 +1,7 @@
 """Open every page of the built book in Chromium with the network cut off, as a reader offline would.
 
-Every request that is not to the local server is blocked. A page fails if it raises a JavaScript
-error, or if any plotly figure on it has not drawn. Blocked outside requests are listed.
+Every request that is not to the local server is blocked. A page fails if it asks for anything from
+outside the book, raises a JavaScript error, leaves a plotly figure undrawn or a formula untypeset.
 """
 
 from __future__ import annotations
@@ -65,8 +65,12 @@ def visit(browser, server: str, path: str) -> dict:
     page.wait_for_timeout(300)
     drawn = "divs => divs.map(d => d.classList.contains('js-plotly-plot') && !!d.querySelector('svg.main-svg'))"
     figures = page.eval_on_selector_all(".plotly-graph-div", drawn)
+    math = page.eval_on_selector_all("span.math, div.math", "spans => spans.length")
+    if math:
+        page.wait_for_selector("mjx-container", timeout=10_000)
+    typeset = page.eval_on_selector_all("mjx-container", "nodes => nodes.length")
     page.close()
-    return {"errors": errors, "blocked": blocked, "figures": figures}
+    return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset}
 
 
 def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser):
@@ -80,8 +84,10 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
         if not all(result["figures"]):
             missing = result["figures"].count(False)
             failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
+        if result["typeset"] < result["math"]:
+            failures.append(f"{path}: {result['math'] - result['typeset']} of {result['math']} formulas not typeset")
     if blocked:
-        print("blocked outside requests:", *sorted(blocked), sep="\n  ")
+        failures.append("pages asked for outside resources: " + ", ".join(sorted(blocked)))
     assert not failures, "\n".join(failures)
 
 

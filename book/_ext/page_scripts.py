@@ -29,14 +29,17 @@ def _copy_plotly(app, exception) -> None:
 
 
 def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not isinstance(scripts, list):
+        return
     unique, seen = [], set()
-    for script in context.get("script_files") or []:
+    for script in scripts:
         # the two copies differ only in filename: None in one, "" in the other
         key = (getattr(script, "filename", script) or "", repr(sorted(getattr(script, "attributes", {}).items())))
         if key not in seen:
             seen.add(key)
             unique.append(script)
-    context["script_files"] = unique
+    scripts[:] = unique  # in place: this list is the builder's, which later handlers still append to
 
 
 def setup(app):
@@ -44,6 +47,5 @@ def setup(app):
         raise FileNotFoundError(f"plotly.js not found at {PLOTLY_JS}; is plotly installed?")
     app.add_js_file("plotly.min.js", priority=100)
     app.connect("build-finished", _copy_plotly)
-    # early: emit_firstresult stops at the first handler that returns a template name
-    app.connect("html-page-context", _unique_scripts, priority=100)
+    app.connect("html-page-context", _unique_scripts, priority=900)  # after the handlers that add scripts
     return {"parallel_read_safe": True, "parallel_write_safe": True}
