@@ -111,16 +111,16 @@ def describe(dev: torch.device | None = None) -> DeviceInfo:
 
 
 def banner(info: DeviceInfo | None = None) -> str:
-    """One line saying what runs this notebook, and what that means for the numbers on the page."""
+    """What runs this notebook (first line), and what that means for the numbers on the page (second)."""
     info = info or describe()
     if info.kind == "cuda":
         gib = info.memory_bytes / 2**30 if info.memory_bytes else float("nan")
         return (
             f"GPU: {info.name} ({info.multiprocessors} SMs, {gib:.0f} GiB, compute capability "
-            f"{info.compute_capability}) | torch {info.torch_version}, CUDA {info.cuda_version} | "
-            "experiments run live on this GPU"
+            f"{info.compute_capability}), torch {info.torch_version}, CUDA {info.cuda_version}\n"
+            "Experiments run live on this GPU, with the recorded GPU runs drawn beside them."
         )
     return (
-        f"CPU - no CUDA device ({info.name}, torch {info.torch_version}) | experiments run small "
-        "and on the CPU; GPU figures are drawn from recordings, labelled with their GPU and date"
+        f"CPU - no CUDA device ({info.name}, torch {info.torch_version})\n"
+        "Experiments run small, on this CPU; GPU figures are drawn from recordings, labelled with their GPU and date."
     )

@@ -136,6 +136,17 @@ def _add_point(fig: go.Figure, row: dict, visible: bool = True) -> None:
     ))
 
 
+def blocking_figure(rows: Iterable[dict], roofline: Roofline, *, title: str) -> go.Figure:
+    """Measured rate of the blocked GEMM against block size, with the roofline's bound min(P, B q) drawn over it."""
+    rows = list(rows)
+    fig = sweep_figure(rows, "block", "gflops", name="measured", log_x=True, log_y=True,
+                       hover=("block", "intensity", "gflops", "seconds"), title=title,
+                       x_title="block size b", y_title="GFLOP/s")
+    bound = [{"block": r["block"], "gflops": roofline.attainable(r["intensity"], r["dtype"]) / 1e9}
+             for r in rows if r.get("status", "ok") == "ok"]
+    return add_sweep(fig, bound, "block", "gflops", name="roofline bound", dash="dash")
+
+
 def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title: str) -> go.Figure:
     """A static explorer: a dropdown picks the dtype; each op's recorded sizes sit on that dtype's roofline.
 

@@ -93,6 +93,11 @@ def test_roofline_figures():
     assert len(plots.roofline_figure(roof, points).data) == 3  # two roofs, one point
     explorer = plots.roofline_explorer_figure(roof, points + [blas.measure_blas("gemm", 32, "float16")], title="x")
     assert [b.label for b in explorer.layout.updatemenus[0].buttons] == ["float32", "float16"]
+    blocking = plots.blocking_figure([{"block": 4, "intensity": 1.0, "gflops": 900.0, "dtype": "float32"},
+                                      {"block": 64, "intensity": 16.0, "gflops": 9000.0, "dtype": "float32"}],
+                                     roof, title="b")
+    measured, bound = blocking.data
+    assert list(bound.y) == [1000.0, 16000.0]  # min(P, B q) with B = 1e12 B/s and P = 5e13 FLOP/s
 
 
 def test_explorer_measures_on_click_and_survives_bad_input(capsys):
