@@ -23,17 +23,20 @@ SETUP = '''\
 # Colab's own torch, ipywidgets and plotly as they are. Elsewhere gpulab is already installed.
 import sys
 
-if "google.colab" in sys.modules:
+try:
+    from google.colab import output as colab_output
+except ImportError:  # not on Colab
+    colab_output = None
+
+if colab_output is not None:
     import os
     import subprocess
-
-    from google.colab import output
 
     REPOSITORY = "{url}"
     if not os.path.isdir("/content/book"):
         subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/book"], check=True)
     sys.path.insert(0, "/content/book/src")
-    output.enable_custom_widget_manager()
+    colab_output.enable_custom_widget_manager()
 
 from gpulab import env
 

@@ -17,7 +17,7 @@ from gpulab import env, flops, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
 from gpulab.sweep import run_sweep
-from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive_ints
+from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive_ints, supported_dtype
 
 OPS = ("axpy", "dot", "gemv", "gemm")
 LEVEL = {"axpy": 1, "dot": 1, "gemv": 2, "gemm": 3}
@@ -69,8 +69,8 @@ def measure_blas(op: str, n: int, dtype: str = "float32", device: torch.device |
     """Check then time one BLAS call of size ``n``; returns a row with time, GFLOP/s and GB/s."""
     if op not in OPS:
         raise ValueError(f"op: unknown operation {op!r}; choose one of {', '.join(OPS)}")
-    n, label = positive_int("n", n), dtype_name(dtype)
     device = device or env.device()
+    n, label = positive_int("n", n), supported_dtype("dtype", dtype, device)
     cost = flops.blas(op, n, label)
     # the operands, plus float64 copies for the check
     elements = {"axpy": 2 * n, "dot": 2 * n, "gemv": n * n + 2 * n, "gemm": 3 * n * n}[op]
@@ -131,8 +131,8 @@ def measure_blocked_gemm(n: int, block: int, dtype: str = "float32", device: tor
     This is the blocking argument made measurable: per update, 2 n^2 b FLOP against 2 n^2 words of
     C traffic, so the intensity, and with it the attainable rate, grows with the block size.
     """
-    n, block, label = positive_int("n", n), positive_int("block", block), dtype_name(dtype)
     device = device or env.device()
+    n, block, label = positive_int("n", n), positive_int("block", block), supported_dtype("dtype", dtype, device)
     cost = flops.blocked_gemm(n, block, label)  # also checks that block divides n
     fits_in_memory("n", 3 * n * n * (flops.bytes_per_element(label) + 8), device)
     with matmul_mode(label) as torch_dtype:
@@ -176,8 +176,8 @@ def timing_trap(sizes: Sequence[int], numpy_sizes: Sequence[int], dtype: str = "
     Rows have 'n', 'engine' ('torch on cuda', 'torch on cpu' or 'numpy on cpu'), 'seconds' and
     'gflops' from the honest timer, and for torch rows 'naive_seconds' and 'naive_gflops'.
     """
-    device, label = env.device(), dtype_name(dtype)
-    rows = []
+    device = env.device()
+    label, rows = supported_dtype("dtype", dtype, device), []
     with matmul_mode(label) as torch_dtype:
         for n in positive_ints("sizes", sizes):
             fits_in_memory("sizes", 3 * n * n * (flops.bytes_per_element(label) + 8), device)

@@ -36,6 +36,25 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype_name(dtype)]
 
 
+def supported_dtype(name: str, dtype: str | torch.dtype, device: torch.device) -> str:
+    """The book's name for ``dtype`` if ``device`` computes in it natively; otherwise ValueError naming ``name``.
+
+    TF32 and bfloat16 arithmetic arrived with Ampere (compute capability 8.0). On older GPUs and on
+    CPUs, torch would silently run tf32 as plain float32, and bfloat16 through slow emulation, so a
+    measurement would carry the wrong label.
+    """
+    label = dtype_name(dtype)
+    if label in ("tf32", "bfloat16") and device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (8, 0):
+            raise ValueError(f"{name}: {label} needs an NVIDIA GPU of compute capability 8.0 or later (Ampere); "
+                             f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
+    if label == "tf32" and device.type != "cuda":
+        raise ValueError(f"{name}: tf32 is a tensor-core mode of NVIDIA GPUs (Ampere and later); "
+                         f"this device is a {device.type.upper()}")
+    return label
+
+
 def positive_int(name: str, value: object) -> int:
     """``value`` as an int if it is a whole number > 0; otherwise ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:

@@ -11,7 +11,7 @@ from gpulab import checks, env, flops, timing
 from gpulab.correctness import check_close, relative_error
 from gpulab.roofline import Roofline
 from gpulab.sweep import OUT_OF_MEMORY, run_sweep
-from gpulab.validation import dtype_name, fits_in_memory, positive_int
+from gpulab.validation import dtype_name, fits_in_memory, positive_int, supported_dtype
 
 
 @pytest.mark.parametrize("value", [0, -3, 2.5, "8", True, None])
@@ -24,6 +24,19 @@ def test_unknown_dtype_is_named():
     with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
         dtype_name("float8")
     assert dtype_name(torch.float16) == "float16"
+
+
+def test_dtype_the_device_lacks_is_rejected(monkeypatch):
+    with pytest.raises(ValueError, match="^dtype: tf32 is a tensor-core mode .* this device is a CPU"):
+        supported_dtype("dtype", "tf32", torch.device("cpu"))
+    assert supported_dtype("dtype", "bfloat16", torch.device("cpu")) == "bfloat16"
+    # a Turing GPU (T4, compute capability 7.5) has neither TF32 nor native bfloat16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    for dtype in ("tf32", "bfloat16"):
+        with pytest.raises(ValueError, match=f"^dtype: {dtype} needs .* Tesla T4 is 7.5"):
+            supported_dtype("dtype", dtype, torch.device("cuda", 0))
+    assert supported_dtype("dtype", "float16", torch.device("cuda", 0)) == "float16"
 
 
 def test_size_that_cannot_fit_is_rejected():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from gpulab import blas, plots, results, widgets
 from gpulab.roofline import Roofline
@@ -36,6 +37,8 @@ def test_measure_blas_rejects_bad_arguments():
         blas.measure_blas("trsm", 64)
     with pytest.raises(ValueError, match="^dtype:"):
         blas.measure_blas("gemm", 64, "int8")
+    with pytest.raises(ValueError, match="^dtype: tf32 is a tensor-core mode"):
+        blas.measure_blas("gemm", 64, "tf32", torch.device("cpu"))
     with pytest.raises(ValueError, match="^n:"):
         blas.measure_blas("gemm", 0)
     with pytest.raises(ValueError, match="^n: needs"):
