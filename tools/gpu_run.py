@@ -2,8 +2,9 @@
 
 Each chapter and lab solution runs under papermill with its default (full) parameters and
 ``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``.
-The executed notebooks go to ``_build/gpu-run/``. Then the timing-fidelity benchmark compares
-``gpulab.timing`` with ``triton.testing.do_bench``; the run fails if they differ by more than 3%.
+The executed notebooks go to ``_build/gpu-run/``. Then two checks that need a real GPU: the
+timing-fidelity benchmark compares ``gpulab.timing`` with ``triton.testing.do_bench`` (the run fails
+if they differ by more than 3%), and a sweep must survive a genuine CUDA out-of-memory error.
 """
 
 from __future__ import annotations
@@ -12,15 +13,29 @@ import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import papermill  # noqa: E402
+import torch  # noqa: E402
 
-from gpulab import env, results, timing  # noqa: E402
+from gpulab import blas, env, results, timing  # noqa: E402
+from gpulab.sweep import OUT_OF_MEMORY, run_sweep  # noqa: E402
 
 TOLERANCE = 0.03
+
+
+def sweep_survives_out_of_memory() -> bool:
+    """A sweep point that really exhausts GPU memory becomes an 'out of memory' row, and the next point runs."""
+    _free, total = torch.cuda.mem_get_info()
+    n = int((total / 4 / 1.5) ** 0.5)  # one float32 n x n matrix fills two thirds of the card: the second fails
+    points = [{"op": "gemm", "n": n, "dtype": "float32"}, {"op": "gemm", "n": 1024, "dtype": "float32"}]
+    with mock.patch("gpulab.validation.available_memory", return_value=None):  # skip the pre-check
+        rows = run_sweep(blas.measure_blas, points)
+    print(f"\nOut-of-memory check: gemm at n = {n:,}: {rows[0]['status']}; then n = 1024: {rows[1]['status']}")
+    return [row["status"] for row in rows] == [OUT_OF_MEMORY, "ok"]
 
 
 def main() -> int:
@@ -49,11 +64,12 @@ def main() -> int:
         print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:11.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
               f"{row['difference']:+10.2%}")
     worst = max(abs(row["difference"]) for row in fidelity.rows)
-    if worst > TOLERANCE:
-        print(f"FAIL: the timers differ by {worst:.1%}, more than {TOLERANCE:.0%}")
-        return 1
-    print(f"OK: the timers agree within {TOLERANCE:.0%}")
-    return 0
+    failed = worst > TOLERANCE
+    print(f"{'FAIL' if failed else 'OK'}: the timers differ by at most {worst:.1%} (limit {TOLERANCE:.0%})")
+    if not sweep_survives_out_of_memory():
+        print("FAIL: the sweep did not turn a CUDA out-of-memory error into a row")
+        failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

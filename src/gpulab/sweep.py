@@ -1,8 +1,9 @@
 """Run a measurement over many parameter points without letting one failure end the notebook.
 
-A size too big for the device's memory is the commonest failure of a sweep: it is caught, the row
-says "out of memory", the allocator's cache is emptied and the sweep goes on. Plots draw such rows
-as "out of memory at N" instead of a point.
+A size too big for the device's memory is the commonest failure of a sweep, whether the size is
+refused before anything is allocated (:class:`gpulab.validation.DoesNotFit`) or the allocator runs
+out part-way (CUDA out of memory): the row says "out of memory", the allocator's cache is emptied
+and the sweep goes on. Plots draw such rows as "out of memory at N" instead of a point.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
+from gpulab.validation import DoesNotFit
+
 OUT_OF_MEMORY = "out of memory"
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    if isinstance(error, torch.cuda.OutOfMemoryError | MemoryError):
+    if isinstance(error, torch.cuda.OutOfMemoryError | MemoryError | DoesNotFit):
         return True
     message = str(error).lower()
     return "out of memory" in message or "can't allocate memory" in message
@@ -28,7 +31,7 @@ def run_sweep(measure: Callable[..., dict], points: Iterable[Mapping]) -> list[d
     for point in points:
         try:
             row = {**point, **measure(**point), "status": "ok"}
-        except (RuntimeError, MemoryError) as error:
+        except (RuntimeError, MemoryError, DoesNotFit) as error:
             if not _is_out_of_memory(error):
                 raise
             row = {**point, "status": OUT_OF_MEMORY}

@@ -85,11 +85,15 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
+class DoesNotFit(ValueError):
+    """A size too big for the device's free memory (a sweep draws it as 'out of memory at N')."""
+
+
 def fits_in_memory(name: str, nbytes: int, device: torch.device, headroom: float = 0.9) -> None:
-    """Raise ValueError naming ``name`` if ``nbytes`` cannot fit in ``device``'s free memory."""
+    """Raise DoesNotFit (a ValueError) naming ``name`` if ``nbytes`` cannot fit in ``device``'s free memory."""
     free = available_memory(device)
     if free is not None and nbytes > headroom * free:
-        raise ValueError(
+        raise DoesNotFit(
             f"{name}: needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB is free on "
             f"{device.type}; choose a smaller size"
         )

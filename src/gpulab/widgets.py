@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import ipywidgets as w
+import torch
 from IPython.display import display
 
 from gpulab import blas, plots
 from gpulab.roofline import Roofline
-from gpulab.sweep import run_sweep
 
 NEEDS_KERNEL = (
     "This explorer measures live and needs a running kernel: launch this notebook (the Colab button at "
@@ -52,14 +52,12 @@ def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Seque
         with output:
             output.clear_output(wait=True)
             try:
-                (row,) = run_sweep(blas.measure_blas, [{"op": op.value, "n": size.value, "dtype": dtype.value}])
-            except (ValueError, AssertionError) as error:  # a bad size or a failed check: say so, keep going
+                points.append(blas.measure_blas(op.value, size.value, dtype.value))
+            except (ValueError, AssertionError) as error:  # too big, a dtype the device lacks, a failed check
                 print(f"Not measured: {error}")
-                return
-            if row["status"] != "ok":
-                print(f"{op.value} at n = {size.value} in {dtype.value}: {row['status']}")
-            else:
-                points.append(row)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                print(f"Not measured: {op.value} at n = {size.value} in {dtype.value} ran out of GPU memory")
             display(plots.roofline_figure(roofline, points, dtypes=sorted({p["dtype"] for p in points}) or None))
 
     button.on_click(measure)

@@ -110,6 +110,14 @@ def test_sweep_turns_out_of_memory_into_a_row_and_goes_on():
     assert rows[2]["value"] == 20
 
 
+def test_sweep_records_a_size_refused_before_allocation():
+    from gpulab import blas
+
+    rows = run_sweep(blas.measure_blas, [{"op": "gemm", "n": 10**7, "dtype": "float32"},
+                                         {"op": "gemm", "n": 32, "dtype": "float32"}])
+    assert [r["status"] for r in rows] == [OUT_OF_MEMORY, "ok"]
+
+
 def test_sweep_does_not_hide_other_errors():
     def measure(n):
         raise RuntimeError("shape mismatch")
