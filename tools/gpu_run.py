@@ -56,8 +56,7 @@ def main() -> int:
         papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False)
         print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s", flush=True)
 
-    fidelity = results.run("timing_fidelity", timing.compare_with_do_bench)
-    results.save(fidelity)
+    fidelity = results.run("timing_fidelity", timing.compare_with_do_bench)  # saved: GPULAB_RECORD=1
     print(f"\nTiming fidelity on {fidelity.device_name} (medians):")
     print(f"{'work':>24} {'gpulab.timing':>14} {'do_bench':>12} {'difference':>11}")
     for row in fidelity.rows:
