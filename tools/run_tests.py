@@ -35,8 +35,7 @@ def main() -> int:
             failed.append(name)
             times.append((name, 0.0, "skipped: the book did not build"))
             continue
-        print(f"\n=== {name}: {' '.join(Path(command[0]).name if i == 0 else a for i, a in enumerate(command))}",
-              flush=True)
+        print(f"\n=== {name}: {' '.join([Path(command[0]).name, *command[1:]])}", flush=True)
         start = time.perf_counter()
         code = subprocess.run(command).returncode
         elapsed = time.perf_counter() - start

@@ -59,8 +59,10 @@ def gemm(m: int, n: int, k: int, dtype: str | torch.dtype = "float32", beta_nonz
 
 def blas(op: str, n: int, dtype: str | torch.dtype = "float32") -> Cost:
     """The cost of the chapter's square-size version of ``op`` ('axpy', 'dot', 'gemv' or 'gemm')."""
-    if op in ("axpy", "dot"):
-        return {"axpy": axpy, "dot": dot}[op](n, dtype)
+    if op == "axpy":
+        return axpy(n, dtype)
+    if op == "dot":
+        return dot(n, dtype)
     if op == "gemv":
         return gemv(n, n, dtype)
     if op == "gemm":

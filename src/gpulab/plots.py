@@ -17,7 +17,7 @@ import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
 
 from gpulab.roofline import Roofline
-from gpulab.sweep import OUT_OF_MEMORY
+from gpulab.sweep import OUT_OF_MEMORY, ok_rows
 
 PALETTE = ["#1f6fb4", "#e4572e", "#29a35a", "#8e44ad", "#f0a202", "#17becf", "#7f7f7f"]
 TEMPLATE = "gpulab"
@@ -84,7 +84,7 @@ def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | 
     for row in rows:
         groups.setdefault(str(row[color]) if color else name, []).append(row)
     for label, group in groups.items():
-        good = [r for r in group if r.get("status", "ok") == "ok"]
+        good = ok_rows(group)
         trace_name = f"{name} {label}".strip() if color else name
         fig.add_trace(go.Scatter(
             x=[r[x] for r in good], y=[r[y] for r in good], mode="lines+markers", name=trace_name,
@@ -143,7 +143,7 @@ def blocking_figure(rows: Iterable[dict], roofline: Roofline, *, title: str) -> 
                        hover=("block", "intensity", "gflops", "seconds"), title=title,
                        x_title="block size b", y_title="GFLOP/s")
     bound = [{"block": r["block"], "gflops": roofline.attainable(r["intensity"], r["dtype"]) / 1e9}
-             for r in rows if r.get("status", "ok") == "ok"]
+             for r in ok_rows(rows)]
     return add_sweep(fig, bound, "block", "gflops", name="roofline bound", dash="dash")
 
 
@@ -152,7 +152,7 @@ def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title:
 
     It works in the static book with no kernel, since every variant is in the figure already.
     """
-    rows = [r for r in rows if r.get("status", "ok") == "ok"]
+    rows = ok_rows(rows)
     dtypes = [d for d in roofline.peaks if any(r["dtype"] == d for r in rows)]
     fig = go.Figure()
     owners: list[str] = []

@@ -41,10 +41,6 @@ class Recording:
         return self.provenance.get("device", {}).get("name", "unknown device")
 
     @property
-    def on_gpu(self) -> bool:
-        return self.provenance.get("device", {}).get("kind") == "cuda"
-
-    @property
     def date(self) -> str:
         return self.provenance.get("date", "")[:10]
 
