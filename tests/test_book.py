@@ -18,7 +18,7 @@ def test_plotly_is_served_from_the_book_once_per_page(built_book):
 
 
 def test_blas_page_shows_the_recorded_gpu_with_name_and_date(built_book):
-    html = (built_book / "notebooks" / "01_blas_levels.html").read_text()
+    html = (built_book / "notebooks" / "03_blas_levels.html").read_text()
     recording = results.load("blas_ceilings")
     assert recording is not None, "no GPU recording of blas_ceilings under results/"
     label = f"{recording.device_name}, recorded {recording.date}"
@@ -28,7 +28,7 @@ def test_blas_page_shows_the_recorded_gpu_with_name_and_date(built_book):
 
 
 def test_notebook_pages_have_an_open_in_colab_button(built_book):
-    for name in ("notebooks/01_blas_levels.html", "labs/01_gflops_vs_n.html"):
+    for name in ("notebooks/03_blas_levels.html", "labs/02_gflops_vs_n.html"):
         html = (built_book / name).read_text()
         assert "colab.research.google.com/github/dnn-gpu-book/dnn-computing-on-gpus/blob/main/" in html, name
 
@@ -36,5 +36,5 @@ def test_notebook_pages_have_an_open_in_colab_button(built_book):
 def test_bibliography_and_math_render(built_book):
     bibliography = (built_book / "book" / "bibliography.html").read_text()
     assert "Roofline: an insightful visual performance model" in bibliography
-    chapter = (built_book / "notebooks" / "01_blas_levels.html").read_text()
+    chapter = (built_book / "notebooks" / "03_blas_levels.html").read_text()
     assert 'class="math' in chapter and "bibliography.html#" in chapter

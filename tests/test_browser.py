@@ -93,5 +93,5 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
 
 def test_chapter_figures_draw(built_book, server, browser):
     """The BLAS chapter has figures, and they all draw with the network cut off."""
-    result = visit(browser, server, "notebooks/01_blas_levels.html")
+    result = visit(browser, server, "notebooks/03_blas_levels.html")
     assert len(result["figures"]) >= 4 and all(result["figures"]), result
