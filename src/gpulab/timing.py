@@ -59,6 +59,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def once(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds that one call of ``fn()`` keeps ``device`` busy, starting from an idle device."""
+    synchronize(device)
+    if device.type != "cuda":
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def _choose_repeats(seconds_per_run: float, target_s: float, low: int, high: int) -> int:
     return max(low, min(high, int(target_s / max(seconds_per_run, 1e-7))))
 
@@ -100,12 +115,7 @@ def measure(
 
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_l2 else None
     if repeats is None:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        repeats = _choose_repeats(start.elapsed_time(end) / 1e3, target_s or 0.2, 10, 2000)
+        repeats = _choose_repeats(once(fn, device), target_s or 0.2, 10, 2000)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     for start, end in zip(starts, ends, strict=True):

@@ -64,3 +64,29 @@ def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Seque
     explorer = w.VBox([w.HBox([op, size, dtype, button]), output])
     show(explorer)
     return explorer
+
+
+def gpu_comparison(a: str, b: str) -> w.Widget:
+    """Pick any two GPUs of :mod:`gpulab.specs`: their figures side by side, and the ratio of B to A."""
+    from gpulab import specs
+
+    first = w.Dropdown(options=list(specs.GPUS), value=a, description="GPU A")
+    second = w.Dropdown(options=list(specs.GPUS), value=b, description="GPU B")
+    output = w.Output()
+
+    def refresh(_change=None) -> None:
+        with output:
+            output.clear_output(wait=True)
+            rows = specs.comparison(specs.gpu(first.value), specs.gpu(second.value))
+            print(f"{'':26} {first.value:>16} {second.value:>16} {'B / A':>8}")
+            for r in rows:
+                values = ["n/a" if v is None else f"{v:,.4g}" for v in (r["a"], r["b"])]
+                ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+                print(f"{r['metric']:26} {values[0]:>16} {values[1]:>16} {ratio:>8}")
+
+    first.observe(refresh, names="value")
+    second.observe(refresh, names="value")
+    refresh()
+    explorer = w.VBox([w.HBox([first, second]), output])
+    show(explorer)
+    return explorer
