@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from conftest import book_pages
-from gpulab import results
+from gpulab import results, specs
 
 
 def test_plotly_is_served_from_the_book_once_per_page(built_book):
@@ -38,3 +38,13 @@ def test_bibliography_and_math_render(built_book):
     assert "Roofline: an insightful visual performance model" in bibliography
     chapter = (built_book / "notebooks" / "03_blas_levels.html").read_text()
     assert 'class="math' in chapter and "bibliography.html#" in chapter
+
+
+def test_hardware_page_shows_recorded_gpu_and_every_gpu_of_the_table(built_book):
+    html = (built_book / "notebooks" / "01_cpus_to_gpus.html").read_text()
+    recording = results.load("hardware_peaks")
+    assert recording is not None, "no GPU recording of hardware_peaks under results/"
+    assert f"Matrix multiply against its peak: {recording.device_name}, recorded {recording.date}" in html
+    for name in specs.GPUS:
+        assert name in html, name
+    assert "gpulab-needs-kernel" in html  # the live comparison widget says how to launch it

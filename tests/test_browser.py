@@ -95,3 +95,18 @@ def test_chapter_figures_draw(built_book, server, browser):
     """The BLAS chapter has figures, and they all draw with the network cut off."""
     result = visit(browser, server, "notebooks/03_blas_levels.html")
     assert len(result["figures"]) >= 4 and all(result["figures"]), result
+
+
+def test_gpu_comparison_menus_work_without_a_kernel(built_book, server, browser):
+    """On the static page, picking another GPU B in its menu rewrites B's bars and B's column of the table."""
+    page = browser.new_page()
+    page.goto(f"{server}/notebooks/01_cpus_to_gpus.html", wait_until="load")
+    figure = page.locator(".plotly-graph-div", has=page.locator("text=Compare two GPUs")).first
+    figure.locator(".updatemenu-header-group").nth(1).click()
+    figure.locator(".updatemenu-item-text", has_text="T4").first.click()
+    page.wait_for_timeout(500)
+    bars_b, column_b = figure.evaluate("div => [div.data[1].name, div.data[3].cells.values[0]]")
+    legend = figure.evaluate("div => [...div.querySelectorAll('.legendtext')].map(t => t.textContent)")
+    page.close()
+    assert bars_b == "T4" and "T4" in legend, (bars_b, legend)
+    assert column_b[0] == "40", column_b  # the T4 has 40 SMs

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^(?P<indent>[ \t]*)# >>> solution[ \t]*\n.*?^[ \t]*# <<< solution(?::[ \t]*(?P<stub>.*))?$",
+FENCE = re.compile(r"^(?P<indent>[ \t]*)# >>> solution[ \t]*\n.*?^[ \t]*# <<< solution(?::[ \t]*(?P<stub>[^\n]*))?$",
                    re.MULTILINE | re.DOTALL)
 
 

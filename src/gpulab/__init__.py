@@ -3,8 +3,9 @@
 Chapters import the modules they need, e.g. ``from gpulab import blas, env, plots, results``.
 Every module has one job: ``env`` (device and banner), ``timing`` (honest timers), ``flops``
 (operation and byte counts), ``roofline`` (the model), ``blas`` (the BLAS chapter's experiments),
-``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers),
-``checks`` (lab graders), ``correctness``, ``precision``, ``sweep`` and ``validation`` (shared helpers).
+``precision`` (number formats, rounding, matmul modes), ``rounding`` (the number-formats chapter's
+experiments), ``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers),
+``checks`` (lab graders), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
 """
 
 __version__ = "0.1.0"

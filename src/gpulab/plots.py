@@ -10,7 +10,7 @@ recognises, plotly's own renderer is kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -65,12 +65,15 @@ def _hover(row: dict, keys: Sequence[str]) -> str:
 def sweep_figure(
     rows: Iterable[dict], x: str, y: str, *, color: str | None = None, title: str,
     x_title: str, y_title: str, log_x: bool = False, log_y: bool = False, name: str = "",
-    hover: Sequence[str] = (),
+    hover: Sequence[str] = (), colors: Mapping[str, str] | None = None,
 ) -> go.Figure:
-    """One line per value of ``color`` (or one line), y against x; out-of-memory rows are marked on the x axis."""
+    """One line per value of ``color`` (or one line), y against x; out-of-memory rows are marked on the x axis.
+
+    ``colors`` can fix a line's colour by its ``color`` value, e.g. to draw a prediction in its measurement's colour.
+    """
     rows = list(rows)
     fig = go.Figure()
-    add_sweep(fig, rows, x, y, color=color, name=name, hover=hover)
+    add_sweep(fig, rows, x, y, color=color, name=name, hover=hover, colors=colors)
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title)
     fig.update_xaxes(type="log" if log_x else "linear")
     fig.update_yaxes(type="log" if log_y else "linear")
@@ -78,7 +81,8 @@ def sweep_figure(
 
 
 def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | None = None,
-              name: str = "", hover: Sequence[str] = (), dash: str | None = None) -> go.Figure:
+              name: str = "", hover: Sequence[str] = (), dash: str | None = None,
+              colors: Mapping[str, str] | None = None) -> go.Figure:
     """Add the lines of a sweep to ``fig`` (see :func:`sweep_figure`)."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
@@ -88,7 +92,8 @@ def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | 
         trace_name = f"{name} {label}".strip() if color else name
         fig.add_trace(go.Scatter(
             x=[r[x] for r in good], y=[r[y] for r in good], mode="lines+markers", name=trace_name,
-            line=dict(dash=dash), hovertext=[_hover(r, hover) for r in good], hoverinfo="text+name",
+            line=dict(dash=dash, color=(colors or {}).get(label)), hovertext=[_hover(r, hover) for r in good],
+            hoverinfo="text+name",
         ))
         for r in group:
             if r.get("status") == OUT_OF_MEMORY:
@@ -245,4 +250,44 @@ def gpu_comparison_figure(table: dict[str, list[dict]], a: str, b: str, *, title
     fig.update_layout(title=title, updatemenus=[menu(0, 2, a, 0.0), menu(1, 3, b, 0.22)], height=640,
                       barmode="group", legend=dict(orientation="h", y=-0.3), margin=dict(t=110))
     fig.update_yaxes(type="log", title="dense peak (TFLOP/s; TOPS for int8)", row=1, col=1)
+    return fig
+
+
+FIELD_COLOURS = {"sign": "#e4572e", "exponent": "#1f6fb4", "fraction": "#29a35a", "unused by tf32": "#d9d9d9"}
+
+
+def bit_layout_figure(formats: Iterable, *, title: str = "Bit layouts of the number formats") -> go.Figure:
+    """One row of boxes per :class:`gpulab.precision.Format`: sign, exponent and fraction bits, drawn to scale.
+
+    tf32 is drawn in the float32 word it lives in, its 13 lowest bits greyed: TF32 arithmetic drops them.
+    """
+    formats = list(formats)
+    names = [f.name for f in formats]
+    fields: dict[str, list[tuple[str, int, int]]] = {field: [] for field in FIELD_COLOURS}  # (format, start, bits)
+    for f in formats:
+        fraction_end = 1 + f.exponent_bits + f.mantissa_bits
+        fields["sign"].append((f.name, 0, 1))
+        fields["exponent"].append((f.name, 1, f.exponent_bits))
+        fields["fraction"].append((f.name, 1 + f.exponent_bits, f.mantissa_bits))
+        if f.storage_bits > fraction_end:
+            fields["unused by tf32"].append((f.name, fraction_end, f.storage_bits - fraction_end))
+    fig = go.Figure()
+    for field, parts in fields.items():
+        if parts:
+            fig.add_trace(go.Bar(
+                y=[p[0] for p in parts], x=[p[2] for p in parts], base=[p[1] for p in parts], orientation="h",
+                name=field, marker=dict(color=FIELD_COLOURS[field], line=dict(color="white", width=1)),
+                text=[str(p[2]) if p[2] > 1 else "" for p in parts], textposition="inside", insidetextanchor="middle",
+                hovertemplate=f"%{{y}}: %{{x}} {field} bit(s)<extra></extra>",
+            ))
+    for row, f in enumerate(formats):  # a thin white line between neighbouring bits
+        for bit in range(1, f.storage_bits):
+            fig.add_shape(type="line", x0=bit, x1=bit, y0=row - 0.4, y1=row + 0.4,
+                          line=dict(color="white", width=0.6), layer="above")
+        fig.add_annotation(x=f.storage_bits, y=f.name, xanchor="left", showarrow=False, font=dict(size=11),
+                           text=f"  eps {f.epsilon:.3g}, max {f.largest:.3g}")
+    fig.update_layout(title=title, barmode="overlay", bargap=0.25, height=120 + 45 * len(formats),
+                      xaxis=dict(title="bits, most significant first", range=[0, 84], dtick=8, showgrid=False),
+                      yaxis=dict(categoryorder="array", categoryarray=names, autorange="reversed", showgrid=False),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=110))
     return fig

@@ -18,17 +18,21 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+# The 8-bit formats of Hopper and Ada tensor cores, where this torch has them. torch stores and converts
+# them, but multiplies them only through scaled kernels (torch._scaled_mm), so they are storage formats here.
+FP8_DTYPES = tuple(name for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
+DTYPES.update({name: getattr(torch, name) for name in FP8_DTYPES})
 
 
-def dtype_name(dtype: str | torch.dtype) -> str:
-    """The book's name for ``dtype`` ('float32', 'tf32', ...); raises ValueError for an unknown one."""
+def dtype_name(dtype: str | torch.dtype, argument: str = "dtype") -> str:
+    """The book's name for ``dtype`` ('float32', 'tf32', ...); raises ValueError naming ``argument`` if unknown."""
     if isinstance(dtype, torch.dtype):
         for name, value in DTYPES.items():
             if value == dtype and name != "tf32":
                 return name
     elif dtype in DTYPES:
         return dtype
-    raise ValueError(f"dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    raise ValueError(f"{argument}: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -43,7 +47,10 @@ def supported_dtype(name: str, dtype: str | torch.dtype, device: torch.device) -
     CPUs, torch would silently run tf32 as plain float32, and bfloat16 through slow emulation, so a
     measurement would carry the wrong label.
     """
-    label = dtype_name(dtype)
+    label = dtype_name(dtype, name)
+    if label in FP8_DTYPES:
+        raise ValueError(f"{name}: {label} is a storage format in this book; torch multiplies it only through "
+                         "scaled kernels (torch._scaled_mm), not in ordinary arithmetic")
     if label in ("tf32", "bfloat16") and device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         if (major, minor) < (8, 0):

@@ -90,3 +90,30 @@ def gpu_comparison(a: str, b: str) -> w.Widget:
     explorer = w.VBox([w.HBox([first, second]), output])
     show(explorer)
     return explorer
+
+
+def rounding_explorer(value: str = "0.1") -> w.Widget:
+    """Type a number: how each format of :mod:`gpulab.precision` stores it, with its relative error and spacing."""
+    from gpulab import precision
+
+    number = w.Text(value=value, description="number", continuous_update=False)
+    output = w.Output()
+
+    def refresh(_change=None) -> None:
+        with output:
+            output.clear_output(wait=True)
+            try:
+                rows = precision.rounding_table(number.value)
+            except ValueError as error:
+                print(f"Not a number: {error}")
+                return
+            print(f"{'format':>14} {'stored as':>24} {'relative error':>15} {'spacing there':>14}")
+            for r in rows:
+                print(f"{r['format']:>14} {r['stored']:>24.17g} {r['relative_error']:>15.3g} {r['spacing']:>14.3g}"
+                      f"  {r['note']}")
+
+    number.observe(refresh, names="value")
+    refresh()
+    explorer = w.VBox([number, output])
+    show(explorer)
+    return explorer
