@@ -10,6 +10,7 @@ recognises, plotly's own renderer is kept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -290,4 +291,17 @@ def bit_layout_figure(formats: Iterable, *, title: str = "Bit layouts of the num
                       xaxis=dict(title="bits, most significant first", range=[0, 84], dtick=8, showgrid=False),
                       yaxis=dict(categoryorder="array", categoryarray=names, autorange="reversed", showgrid=False),
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=110))
+    return fig
+
+
+def vertical_marker(fig: go.Figure, x: float, text: str) -> go.Figure:
+    """A dotted vertical line at ``x`` with ``text`` beside its top.
+
+    (plotly's own ``add_vline(annotation_text=...)`` misplaces the text on a logarithmic x axis,
+    where annotations take log10 of the position.)
+    """
+    fig.add_vline(x=x, line_dash="dot", line_color="#444444")
+    position = math.log10(x) if fig.layout.xaxis.type == "log" else x
+    fig.add_annotation(x=position, y=1.0, yref="paper", text=text, showarrow=False, xanchor="left",
+                       yanchor="top", xshift=4, bgcolor="rgba(255,255,255,0.8)")
     return fig

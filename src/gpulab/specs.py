@@ -171,8 +171,9 @@ GPUS: dict[str, GPU] = {gpu.name: gpu for gpu in (
     GPU(name="H100 PCIe 80GB", memory_gb=80, memory_type="HBM2e", bandwidth_gb_s=2000,
          device_names=("H100 PCIe",), **{**_HOPPER_SXM, "sms": 114, "boost_clock_ghz": 1.755,
                                          "tensor_clock_ghz": 1.62}),
+    # The driver of an H200 reports 60 MB of L2 (torch's L2_cache_size), of an H100 SXM5 50 MB.
     dataclasses.replace(_H100_SXM5, name="H200 SXM 141GB", memory_gb=141, memory_type="HBM3e",
-                        bandwidth_gb_s=4800, device_names=("H200",), source="nvidia2024h200"),
+                        bandwidth_gb_s=4800, l2_mb=60, device_names=("H200",), source="nvidia2024h200"),
 )}
 
 

@@ -144,3 +144,13 @@ def test_strict_grader_raises_and_lenient_grader_hints(capsys):
     out = capsys.readouterr().out
     assert "ZeroDivisionError" in out and "hint: divide by something else" in out and "hint: not a number" in out
     assert lenient.failed == ["broken", "nan"]
+
+
+def test_vertical_marker_places_its_text_on_a_log_axis():
+    from gpulab import plots
+
+    fig = plots.sweep_figure([{"x": 1e3, "y": 1}, {"x": 1e9, "y": 2}], "x", "y", title="t", x_title="x", y_title="y",
+                             log_x=True)
+    plots.vertical_marker(fig, 1e6, "here")
+    assert fig.layout.shapes[0].x0 == 1e6
+    assert fig.layout.annotations[-1].x == pytest.approx(6.0) and fig.layout.annotations[-1].text == "here"
