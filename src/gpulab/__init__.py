@@ -1,10 +1,11 @@
 """gpulab: the library behind the book "DNN Computing on GPUs".
 
 Chapters import the modules they need, e.g. ``from gpulab import blas, env, plots, results``.
-Every module has one job: ``env`` (device and banner), ``timing`` (honest timers), ``flops``
-(operation and byte counts), ``roofline`` (the model), ``blas`` (the BLAS chapter's experiments),
-``precision`` (number formats, rounding, matmul modes), ``rounding`` (the number-formats chapter's
-experiments), ``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers),
+Every module has one job: ``env`` (device and banner), ``timing`` (honest timers), ``clocks`` (the
+GPU's real clock, sampled), ``specs`` (the GPU table and derived peaks), ``hardware`` (the CPUs-to-GPUs
+chapter's experiments), ``flops`` (operation and byte counts), ``roofline`` (the model), ``blas`` (the
+BLAS chapter's experiments), ``precision`` (number formats, rounding, matmul modes), ``rounding`` (the
+number-formats chapter's experiments), ``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers),
 ``checks`` (lab graders), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
 """
 

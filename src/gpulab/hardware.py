@@ -64,7 +64,7 @@ def peaks_vs_measured(matmul_n: int, dtypes: Sequence[str], copy_bytes: int, sus
                        clock_mhz=log.median("sm_mhz"), power_w=log.median("power_w"),
                        temperature_c=log.median("temperature_c"))
             if row_spec is not None:
-                peak = specs.peak(row_spec, "float64" if point["dtype"] == "float64" else point["dtype"])
+                peak = specs.peak(row_spec, point["dtype"])
                 row.update(peak=peak.tflops, rated_clock_mhz=peak.clock_ghz * 1e3, unit_kind=peak.unit,
                            formula=peak.formula())
         rows.append(row)
@@ -124,7 +124,7 @@ def measure_copy_level(nbytes: int, hot: bool) -> dict:
     if nbytes % 4:
         raise ValueError(f"nbytes: must be a multiple of 4 (int32 elements), got {nbytes}")
     device = env.device()
-    fits_in_memory("nbytes", 2 * max(nbytes, COLD_BYTES if not hot else nbytes), device)
+    fits_in_memory("nbytes", 2 * nbytes if hot else max(2 * nbytes, COLD_BYTES), device)
     batch, count = _copy_batch(nbytes, hot, device)
     measured = timing.measure(batch, device=device, flush_l2=False, target_s=0.05)
     seconds = measured.median_s / count

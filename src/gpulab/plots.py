@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
+from plotly.subplots import make_subplots
 
 from gpulab.roofline import Roofline
 from gpulab.sweep import OUT_OF_MEMORY, ok_rows
@@ -211,8 +212,6 @@ def gpu_comparison_figure(table: dict[str, list[dict]], a: str, b: str, *, title
     work in the static book with no kernel. Each menu restyles two traces: its GPU's bars and its
     GPU's column of the table (a table trace of its own), and leaves the other GPU's alone.
     """
-    from plotly.subplots import make_subplots
-
     metrics = [r["metric"] for r in next(iter(table.values()))]
     fig = make_subplots(rows=1, cols=3, column_widths=[0.52, 0.3, 0.18], horizontal_spacing=0.0,
                         specs=[[{"type": "bar"}, {"type": "table"}, {"type": "table"}]])

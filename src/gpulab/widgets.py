@@ -15,7 +15,7 @@ import ipywidgets as w
 import torch
 from IPython.display import display
 
-from gpulab import blas, plots
+from gpulab import blas, plots, specs
 from gpulab.roofline import Roofline
 
 NEEDS_KERNEL = (
@@ -68,8 +68,6 @@ def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Seque
 
 def gpu_comparison(a: str, b: str) -> w.Widget:
     """Pick any two GPUs of :mod:`gpulab.specs`: their figures side by side, and the ratio of B to A."""
-    from gpulab import specs
-
     first = w.Dropdown(options=list(specs.GPUS), value=a, description="GPU A")
     second = w.Dropdown(options=list(specs.GPUS), value=b, description="GPU B")
     output = w.Output()
