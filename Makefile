@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 READY := $(VENV)/.ready
+COLAB_VENV := .venv-colab
+COLAB_READY := $(COLAB_VENV)/.ready
 BUILD_FLAGS := -n -W --keep-going
 
 .PHONY: book test lint labs cells gpu-run serve clean
@@ -14,12 +16,20 @@ $(READY): requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
+# The second environment: Colab's widget, kernel and plotting versions (requirements-colab.txt).
+$(COLAB_READY): requirements-colab.txt pyproject.toml
+	$(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
+	$(COLAB_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
 ## book: run every notebook and build the HTML into _build/html
 book: $(READY)
 	$(VENV)/bin/jupyter-book build . --path-output . $(BUILD_FLAGS)
 
-## test: every check CI runs, with each stage's time
-test: $(READY)
+## test: every check CI runs, with each stage's time (the colab stage runs the notebooks in .venv-colab)
+test: $(READY) $(COLAB_READY)
 	$(PY) tools/run_tests.py
 
 ## lint: ruff on the library, tests, tools and notebooks

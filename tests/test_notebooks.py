@@ -1,12 +1,15 @@
 """Every chapter and lab runs top to bottom under papermill with SMOKE=True, on the CPU.
 
 The lab solutions must pass every check; the generated student versions must run to the end and
-print a hint for each exercise. `make test` runs these in parallel (pytest -n 2).
+print a hint for each exercise. `make test` runs these in parallel (pytest -n 2), twice: in the main
+environment, and in .venv-colab with Google Colab's widget and plotting versions.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from importlib.metadata import version
 
 import nbformat
 import papermill
@@ -50,3 +53,10 @@ def test_student_lab_runs_to_the_end_with_hints(path):
     text = execute(path)
     assert "NOT YET" in text and "hint:" in text
     assert "0 of" in text  # the summary at the very end ran
+
+
+@pytest.mark.skipif(os.environ.get("GPULAB_COLAB_VERSIONS") != "1", reason="only in the colab stage")
+def test_the_colab_stage_runs_colab_versions():
+    pins = dict(re.findall(r"^([\w-]+)==(\S+)$", (ROOT / "requirements-colab.txt").read_text(), re.MULTILINE))
+    for package in ("ipywidgets", "plotly", "ipython", "ipykernel"):
+        assert version(package) == pins[package], package

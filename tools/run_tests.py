@@ -1,7 +1,9 @@
 """`make test`: every check, stage by stage, with each stage's time; exits non-zero if any stage fails.
 
 Stages: lint (ruff), unit (library and repository rules), notebooks (papermill, SMOKE=True, in
-parallel), book (the full build, -n -W --keep-going), pages (the built HTML, and Chromium offline).
+parallel), colab (the same notebooks in ``.venv-colab``, which has Google Colab's versions of
+ipywidgets, plotly, IPython and ipykernel: requirements-colab.txt), book (the full build, -n -W
+--keep-going), pages (the built HTML, and Chromium offline).
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+COLAB_BIN = ROOT / ".venv-colab" / "bin"
+# The colab stage's kernels must start from .venv-colab too: its python comes first on the PATH.
+COLAB_ENV = {"PATH": f"{COLAB_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "GPULAB_COLAB_VERSIONS": "1"}
 
 STAGES = [
     ("lint", [str(BIN / "ruff"), "check", "src", "tests", "tools", "book/_ext", "notebooks", "labs"]),
     ("unit", [*PYTEST, "tests/unit", "tests/test_repository.py"]),
     ("notebooks", [*PYTEST, "-n", "2", "tests/test_notebooks.py"]),
+    ("colab", [str(COLAB_BIN / "python"), *PYTEST[1:], "-n", "2", "tests/test_notebooks.py"]),
     ("book", [str(BIN / "jupyter-book"), "build", ".", "--path-output", ".", "-n", "-W", "--keep-going"]),
     ("pages", [*PYTEST, "tests/test_book.py", "tests/test_browser.py"]),
 ]
@@ -37,7 +43,7 @@ def main() -> int:
             continue
         print(f"\n=== {name}: {' '.join([Path(command[0]).name, *command[1:]])}", flush=True)
         start = time.perf_counter()
-        code = subprocess.run(command).returncode
+        code = subprocess.run(command, env={**os.environ, **COLAB_ENV} if name == "colab" else None).returncode
         elapsed = time.perf_counter() - start
         status = "ok" if code == 0 else f"FAILED (exit {code})"
         if code:
