@@ -1,12 +1,16 @@
 """Open every page of the built book in Chromium with the network cut off, as a reader offline would.
 
 Every request that is not to the local server is blocked. A page fails if it asks for anything from
-outside the book, raises a JavaScript error, leaves a plotly figure undrawn or a formula untypeset.
+outside the book, raises a JavaScript error, leaves a plotly figure undrawn or a formula untypeset,
+or transfers more than 2 MB apart from the plotly.js that all pages share. The local server
+compresses text with gzip, as GitHub Pages and other web servers do, so the sizes are what a
+reader's browser would download; the test prints them, page by page.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
 import shutil
 import threading
@@ -17,6 +21,7 @@ import pytest
 from conftest import book_pages
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+COMPRESSED = {".html", ".js", ".css", ".json", ".svg", ".txt", ".map"}  # what web servers gzip
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
@@ -25,6 +30,19 @@ def server(built_book: Path):
     class QuietHandler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass
+
+        def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+            path = Path(self.translate_path(self.path))
+            if not (path.is_file() and path.suffix in COMPRESSED and "gzip" in self.headers.get("Accept-Encoding", "")):
+                return super().do_GET()
+            body = gzip.compress(path.read_bytes())
+            self.send_response(200)
+            self.send_header("Content-Type", self.guess_type(str(path)))
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
 
     handler = functools.partial(QuietHandler, directory=str(built_book))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -45,6 +63,13 @@ def browser():
         ])
         yield browser
         browser.close()
+
+
+# Bytes the page and everything it loaded took over the wire, apart from the plotly.js every page shares.
+TRANSFERRED = """() => [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
+    .filter(entry => !entry.name.endsWith('/plotly.min.js'))
+    .reduce((total, entry) => total + (entry.encodedBodySize || 0), 0)"""
+PAGE_BUDGET = 2 * 10**6  # bytes per page, plotly.js apart
 
 
 def visit(browser, server: str, path: str) -> dict:
@@ -69,16 +94,21 @@ def visit(browser, server: str, path: str) -> dict:
     if math:
         page.wait_for_selector("mjx-container", timeout=10_000)
     typeset = page.eval_on_selector_all("mjx-container", "nodes => nodes.length")
+    transferred = page.evaluate(TRANSFERRED)
     page.close()
-    return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset}
+    return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset,
+            "bytes": transferred}
 
 
-def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser):
-    failures, blocked = [], set()
+def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser, capsys):
+    failures, blocked, sizes = [], set(), {}
     for page in book_pages(built_book):
         path = page.relative_to(built_book).as_posix()
         result = visit(browser, server, path)
         blocked.update(result["blocked"])
+        sizes[path] = result["bytes"]
+        if result["bytes"] > PAGE_BUDGET:
+            failures.append(f"{path}: transfers {result['bytes'] / 1e6:.2f} MB, over {PAGE_BUDGET / 1e6:g} MB")
         if result["errors"]:
             failures.append(f"{path}: JavaScript errors {result['errors']}")
         if not all(result["figures"]):
@@ -88,6 +118,10 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
             failures.append(f"{path}: {result['math'] - result['typeset']} of {result['math']} formulas not typeset")
     if blocked:
         failures.append("pages asked for outside resources: " + ", ".join(sorted(blocked)))
+    with capsys.disabled():
+        print(f"\n{'page':<48} {'MB transferred (plotly.js apart)':>34}")
+        for path, size in sorted(sizes.items(), key=lambda item: -item[1]):
+            print(f"{path:<48} {size / 1e6:34.2f}")
     assert not failures, "\n".join(failures)
 
 
