@@ -48,3 +48,21 @@ def test_hardware_page_shows_recorded_gpu_and_every_gpu_of_the_table(built_book)
     for name in specs.GPUS:
         assert name in html, name
     assert "gpulab-needs-kernel" in html  # the live comparison widget says how to launch it
+
+
+def test_chapters_link_terms_to_the_glossary(built_book):
+    glossary = (built_book / "book" / "glossary.html").read_text()
+    for term in ("SM", "warp", "tensor core", "TF32", "loss scaling", "arithmetic intensity", "roofline",
+                 "all-reduce", "occupancy", "coalescing"):
+        assert f'id="term-{term.replace(" ", "-")}"' in glossary, term
+    for chapter in ("01_cpus_to_gpus", "02_number_formats", "03_blas_levels"):
+        html = (built_book / "notebooks" / f"{chapter}.html").read_text()
+        assert "glossary.html#term-" in html, chapter
+
+
+def test_reference_pages_list_recorded_gpus_and_the_labs(built_book):
+    recorded = (built_book / "book" / "recorded_gpus.html").read_text()
+    for row in results.inventory():
+        assert row["gpu"] in recorded and row["experiment"] in recorded, row
+    instructors = re.sub(r"<[^>]+>", "", (built_book / "book" / "instructors.html").read_text())
+    assert "Peak rates and precision" in instructors and "make labs" in instructors

@@ -176,3 +176,19 @@ def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) 
     """Run the experiment live here, and the newest GPU recording made before this run, to draw beside it."""
     recorded = load(experiment)  # before the run: with GPULAB_RECORD=1 the run replaces the recording
     return run(experiment, fn, **params), recorded
+
+
+def inventory(root: Path | None = None) -> list[dict]:
+    """One row per recording: the GPU, the experiment, when and at which commit it was made, and if it is stale."""
+    root = root or results_dir()
+    if root is None:
+        return []
+    rows = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        recording = Recording.from_json(json.loads(path.read_text()))
+        device = recording.provenance.get("device", {})
+        rows.append({"gpu": recording.device_name, "experiment": recording.experiment, "date": recording.date,
+                     "commit": recording.provenance.get("git_commit"), "torch": device.get("torch_version"),
+                     "cuda": device.get("cuda_version"), "driver": device.get("driver_version"),
+                     "stale": is_stale(recording)})
+    return rows

@@ -63,10 +63,13 @@ def test_recording_round_trip_and_staleness(tmp_path, monkeypatch):
     assert loaded.rows == json.loads(json.dumps(recording.rows)) and loaded.label.startswith(recording.device_name)
     assert {"device", "date", "git_commit", "code_hash"} <= set(loaded.provenance)
     assert not results.is_stale(loaded) and results.stale_recordings() == []
+    [row] = results.inventory()
+    assert (row["gpu"], row["experiment"], row["stale"]) == (recording.device_name, "tiny", False)
     data = json.loads(path.read_text())
     data["provenance"]["code_hash"] = "0" * 16
     path.write_text(json.dumps(data))
     assert results.stale_recordings() == [path]
+    assert results.inventory()[0]["stale"]
     assert results.load("no-such-experiment") is None
 
 
