@@ -235,6 +235,14 @@ def peak(row: GPU, precision: str, unit: str | None = None) -> Peak:
     return max(candidates, key=lambda p: p.ops_per_s)
 
 
+def peak_tflops(row: GPU, precision: str) -> float | None:
+    """:func:`peak` in TFLOP/s (TOPS for integers), or None where ``row`` has no unit for ``precision``."""
+    try:
+        return peak(row, precision).tflops
+    except ValueError:
+        return None
+
+
 def _normalise(name: str) -> str:
     """'NVIDIA A100-SXM4-40GB' and 'a100 sxm4 40gb' -> 'A100SXM440GB'."""
     name = re.sub(r"^(NVIDIA|TESLA)\s+", "", name.strip().upper())
@@ -338,11 +346,7 @@ def figures(row: GPU) -> list[dict]:
     ]
     found = [{"metric": metric, "value": value, "peak": False} for metric, value in hardware]
     for precision in COMPARED_PRECISIONS:
-        try:
-            value = peak(row, precision).tflops
-        except ValueError:
-            value = None
-        found.append({"metric": f"peak {precision}", "value": value, "peak": True})
+        found.append({"metric": f"peak {precision}", "value": peak_tflops(row, precision), "peak": True})
     return found
 
 

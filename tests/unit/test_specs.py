@@ -107,3 +107,9 @@ def test_comparison_rows_and_ratios():
 def test_the_cpu_peak_is_derived():
     cpu = specs.THREADRIPPER_3970X
     assert cpu.peak_tflops == pytest.approx(32 * 3.7 * 32 / 1e3)
+
+
+def test_peak_tflops_is_none_where_a_gpu_lacks_the_precision():
+    assert specs.peak_tflops(specs.gpu("T4"), "tf32") is None
+    a100 = specs.gpu("A100 SXM4 40GB")
+    assert specs.peak_tflops(a100, "tf32") == specs.peak(a100, "tf32").tflops
