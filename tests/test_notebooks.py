@@ -25,13 +25,16 @@ for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 CHAPTERS = sorted(ROOT.glob("notebooks/*.ipynb"))
 SOLUTIONS = sorted(ROOT.glob("labs/solutions/*.ipynb"))
 STUDENT_LABS = sorted(ROOT.glob("labs/*.ipynb"))
+# No cell of a SMOKE run takes more than seconds. A limit turns a stuck execution into a failure
+# that names the cell, where none would leave CI waiting until its own time runs out.
+CELL_TIMEOUT_S = 300
 
 
 def execute(path):
     OUT.mkdir(parents=True, exist_ok=True)
     target = OUT / f"{path.parent.name}__{path.name}"
     papermill.execute_notebook(str(path), str(target), parameters={"SMOKE": True}, cwd=str(path.parent),
-                               progress_bar=False, kernel_name="python3")
+                               progress_bar=False, kernel_name="python3", execution_timeout=CELL_TIMEOUT_S)
     nb = nbformat.read(target, as_version=4)
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 

@@ -5,6 +5,11 @@ displayed with a fallback: pages built without a kernel show a line saying to la
 (the book's configuration prefers that ``text/html`` over the widget view), while JupyterLab and
 Colab show the widget itself. The static page gets its exploration from recorded data instead
 (see :func:`gpulab.plots.roofline_explorer_figure`).
+
+Explorers write their results into an ``Output`` widget by setting its state (:func:`render`), never
+with ``with output:``. The notebook executor behind papermill and the book build (nbclient) imitates a
+capturing ``Output`` by writing to the kernel's shell socket while it waits on that socket for the
+cell's reply; now and then it misses the reply and waits forever (jupyter/nbclient#312).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import ipywidgets as w
+import plotly.graph_objects as go
 import torch
 from IPython.display import display
 
@@ -35,6 +41,18 @@ def show(widget: w.Widget) -> None:
     }, raw=True)
 
 
+def render(output: w.Output, text: str = "", figure: go.Figure | None = None) -> None:
+    """Make ``output`` show ``text`` and then ``figure``, replacing what it showed.
+
+    The figure goes in as the mime bundle of plotly's current renderer (``display(figure)`` would
+    not do: a plotly figure displays itself, into whichever cell is running, not into ``output``).
+    """
+    outputs = [{"output_type": "stream", "name": "stdout", "text": text}] if text else []
+    if figure is not None:
+        outputs.append({"output_type": "display_data", "data": figure._repr_mimebundle_(), "metadata": {}})
+    output.outputs = tuple(outputs)
+
+
 def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Sequence[str],
                       ops: Sequence[str] = blas.OPS) -> w.Widget:
     """Pick an operation, a size and a dtype, press Measure: the measurement lands on this device's roofline.
@@ -49,16 +67,16 @@ def roofline_explorer(roofline: Roofline, *, sizes: Sequence[int], dtypes: Seque
     points: list[dict] = []
 
     def measure(_button=None) -> None:
-        with output:
-            output.clear_output(wait=True)
-            try:
-                points.append(blas.measure_blas(op.value, size.value, dtype.value))
-            except (ValueError, AssertionError) as error:  # too big, a dtype the device lacks, a failed check
-                print(f"Not measured: {error}")
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                print(f"Not measured: {op.value} at n = {size.value} in {dtype.value} ran out of GPU memory")
-            display(plots.roofline_figure(roofline, points, dtypes=sorted({p["dtype"] for p in points}) or None))
+        problem = ""
+        try:
+            points.append(blas.measure_blas(op.value, size.value, dtype.value))
+        except (ValueError, AssertionError) as error:  # too big, a dtype the device lacks, a failed check
+            problem = f"Not measured: {error}\n"
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            problem = f"Not measured: {op.value} at n = {size.value} in {dtype.value} ran out of GPU memory\n"
+        render(output, problem,
+               plots.roofline_figure(roofline, points, dtypes=sorted({p["dtype"] for p in points}) or None))
 
     button.on_click(measure)
     explorer = w.VBox([w.HBox([op, size, dtype, button]), output])
@@ -73,14 +91,12 @@ def gpu_comparison(a: str, b: str) -> w.Widget:
     output = w.Output()
 
     def refresh(_change=None) -> None:
-        with output:
-            output.clear_output(wait=True)
-            rows = specs.comparison(specs.gpu(first.value), specs.gpu(second.value))
-            print(f"{'':26} {first.value:>16} {second.value:>16} {'B / A':>8}")
-            for r in rows:
-                values = ["n/a" if v is None else f"{v:,.4g}" for v in (r["a"], r["b"])]
-                ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-                print(f"{r['metric']:26} {values[0]:>16} {values[1]:>16} {ratio:>8}")
+        lines = [f"{'':26} {first.value:>16} {second.value:>16} {'B / A':>8}"]
+        for r in specs.comparison(specs.gpu(first.value), specs.gpu(second.value)):
+            values = ["n/a" if v is None else f"{v:,.4g}" for v in (r["a"], r["b"])]
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+            lines.append(f"{r['metric']:26} {values[0]:>16} {values[1]:>16} {ratio:>8}")
+        render(output, "\n".join(lines) + "\n")
 
     first.observe(refresh, names="value")
     second.observe(refresh, names="value")
@@ -98,17 +114,16 @@ def rounding_explorer(value: str = "0.1") -> w.Widget:
     output = w.Output()
 
     def refresh(_change=None) -> None:
-        with output:
-            output.clear_output(wait=True)
-            try:
-                rows = precision.rounding_table(number.value)
-            except ValueError as error:
-                print(f"Not a number: {error}")
-                return
-            print(f"{'format':>14} {'stored as':>24} {'relative error':>15} {'spacing there':>14}")
-            for r in rows:
-                print(f"{r['format']:>14} {r['stored']:>24.17g} {r['relative_error']:>15.3g} {r['spacing']:>14.3g}"
-                      f"  {r['note']}")
+        try:
+            rows = precision.rounding_table(number.value)
+        except ValueError as error:
+            render(output, f"Not a number: {error}\n")
+            return
+        lines = [f"{'format':>14} {'stored as':>24} {'relative error':>15} {'spacing there':>14}"]
+        for r in rows:
+            lines.append(f"{r['format']:>14} {r['stored']:>24.17g} {r['relative_error']:>15.3g} "
+                         f"{r['spacing']:>14.3g}  {r['note']}")
+        render(output, "\n".join(lines) + "\n")
 
     number.observe(refresh, names="value")
     refresh()

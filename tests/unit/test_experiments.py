@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import plotly.io as pio
 import pytest
 import torch
 
@@ -106,19 +107,31 @@ def test_roofline_figures():
     assert list(bound.y) == [1000.0, 16000.0]  # min(P, B q) with B = 1e12 B/s and P = 5e13 FLOP/s
 
 
-def test_explorer_measures_on_click_and_survives_bad_input(capsys):
-    # Outside a kernel, what the explorer displays in its output area goes to stdout.
+def shown(output):
+    """What an explorer's output area shows: its text, and the plotly figures it displays."""
+    text = "".join(o.get("text", "") for o in output.outputs)
+    figures = [o["data"]["application/vnd.plotly.v1+json"]
+               for o in output.outputs if o["output_type"] == "display_data"]
+    return text, figures
+
+
+def test_explorer_measures_on_click_and_survives_bad_input(monkeypatch):
+    monkeypatch.setattr(pio.renderers, "default", plots.TEMPLATE)  # the renderer a kernel uses
     roof = Roofline("cpu", 1e10, {"float32": 1e11})
     explorer = widgets.roofline_explorer(roof, sizes=[16, 32], dtypes=["float32", "float16"])
-    controls, _output = explorer.children
+    controls, output = explorer.children
     op, size, dtype, button = controls.children
     assert list(dtype.options) == ["float32"]  # only dtypes with a measured peak
     button.click()
-    assert "gemm n=32 float32" in capsys.readouterr().out  # the measured point, drawn on the roofline
+    text, figures = shown(output)
+    assert text == "" and len(figures) == 1
+    assert "gemm n=32 float32" in json.dumps(figures[0])  # the measured point, drawn on the roofline
     size.options = [16, 10**7]
     size.value = 10**7
     button.click()
-    assert "Not measured: n: needs" in capsys.readouterr().out
+    text, figures = shown(output)
+    assert text.startswith("Not measured: n: needs") and len(figures) == 1  # the earlier point stays drawn
+    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.widgets)
 
 
 def test_dot_check_is_relative_to_the_sum_of_magnitudes():

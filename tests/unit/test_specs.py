@@ -104,6 +104,17 @@ def test_comparison_rows_and_ratios():
     assert rows["peak tf32"]["a"] is None and rows["peak tf32"]["ratio"] is None
 
 
+def test_the_comparison_widget_redraws_for_the_chosen_gpus():
+    from gpulab import widgets
+
+    explorer = widgets.gpu_comparison("V100 SXM2 32GB", "A100 SXM4 40GB")
+    (_first, second), output = explorer.children[0].children, explorer.children[1]
+    assert "1.35x" in output.outputs[0]["text"]  # 108 SMs against 80
+    second.value = "V100 SXM2 32GB"
+    (table,) = output.outputs
+    assert "1.35x" not in table["text"] and "1.00x" in table["text"]
+
+
 def test_the_cpu_peak_is_derived():
     cpu = specs.THREADRIPPER_3970X
     assert cpu.peak_tflops == pytest.approx(32 * 3.7 * 32 / 1e3)
