@@ -50,12 +50,36 @@ def test_hardware_page_shows_recorded_gpu_and_every_gpu_of_the_table(built_book)
     assert "gpulab-needs-kernel" in html  # the live comparison widget says how to launch it
 
 
+DNN_LAYER_CHAPTERS = {
+    "04_mlp_gemms": ("mlp_fc_batch_sweep", "mlp_fc_feature_sweep", "mlp_alignment"),
+    "05_convolutions_as_gemms": ("conv_memory", "conv_layers"),
+    "06_recurrent_and_attention": ("rnn_lstm_layer", "attention_training_step"),
+}
+
+
+def test_dnn_layer_pages_show_each_recording_by_name_and_date(built_book):
+    for chapter, experiments in DNN_LAYER_CHAPTERS.items():
+        html = (built_book / "notebooks" / f"{chapter}.html").read_text()
+        for experiment in experiments:
+            recording = results.load(experiment)
+            assert recording is not None, f"no GPU recording of {experiment} under results/"
+            assert recording.label in html, (chapter, experiment)
+        assert html.count("plotly-graph-div") >= 2, chapter
+
+
+def test_dnn_layer_pages_reproduce_the_courses_worked_examples(built_book):
+    conv = (built_book / "notebooks" / "05_convolutions_as_gemms.html").read_text()
+    assert "every value printed on the slide is reproduced" in conv
+    lstm = (built_book / "notebooks" / "06_recurrent_and_attention.html").read_text()
+    assert "with the slides&#39; rounding: all" in lstm or "with the slides' rounding: all" in lstm
+
+
 def test_chapters_link_terms_to_the_glossary(built_book):
     glossary = (built_book / "book" / "glossary.html").read_text()
     for term in ("SM", "warp", "tensor core", "TF32", "loss scaling", "arithmetic intensity", "roofline",
-                 "all-reduce", "occupancy", "coalescing"):
+                 "all-reduce", "occupancy", "coalescing", "im2col", "LSTM", "wave quantization"):
         assert f'id="term-{term.replace(" ", "-")}"' in glossary, term
-    for chapter in ("01_cpus_to_gpus", "02_number_formats", "03_blas_levels"):
+    for chapter in ("01_cpus_to_gpus", "02_number_formats", "03_blas_levels", *DNN_LAYER_CHAPTERS):
         html = (built_book / "notebooks" / f"{chapter}.html").read_text()
         assert "glossary.html#term-" in html, chapter
 

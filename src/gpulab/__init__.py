@@ -5,9 +5,10 @@ Every module has one job: ``env`` (device and banner), ``timing`` (honest timers
 GPU's real clock, sampled), ``specs`` (the GPU table and derived peaks), ``hardware`` (the CPUs-to-GPUs
 chapter's experiments), ``flops`` (operation and byte counts), ``roofline`` (the model), ``blas`` (the
 BLAS chapter's experiments), ``precision`` (number formats, rounding, matmul modes), ``rounding`` (the
-number-formats chapter's experiments), ``results`` (live or recorded runs), ``plots`` and ``widgets``
-(figures and explorers), ``checks`` (lab graders), ``correctness``, ``sweep`` and ``validation``
-(shared helpers).
+number-formats chapter's experiments), ``mlp``, ``conv``, ``recurrent`` and ``attention`` (the DNN-layer
+chapters: each kind of layer written as GEMMs, and its experiments), ``results`` (live or recorded
+runs), ``plots`` and ``widgets`` (figures and explorers), ``printing`` (source listings, byte counts),
+``checks`` (lab graders), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
 """
 
 __version__ = "0.1.0"

@@ -25,14 +25,19 @@ from gpulab.validation import DTYPES, dtype_name
 
 @contextmanager
 def matmul_mode(dtype: str | torch.dtype) -> Iterator[torch.dtype]:
-    """Within the block, float32 matmuls use TF32 if and only if ``dtype == 'tf32'``; yields the torch dtype."""
+    """Within the block, float32 GEMMs use TF32 if and only if ``dtype == 'tf32'``; yields the torch dtype.
+
+    That holds for cuBLAS matmuls and for cuDNN's convolutions and RNNs alike. The two have separate
+    switches with different defaults: torch lets cuDNN use TF32 unless told not to, so without this a
+    float32 convolution or ``nn.LSTM`` would silently run on the tensor cores.
+    """
     name = dtype_name(dtype)
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = name == "tf32"
     try:
         yield torch.float32 if name == "tf32" else getattr(torch, name)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 @contextmanager

@@ -273,3 +273,19 @@ def test_rounding_explorer_shows_every_format():
     (only,) = output.outputs  # the table is replaced by the complaint, not added to
     assert only["text"].startswith("Not a number: ") and "oops" in only["text"]
     assert output.msg_id == ""  # set as state, never captured (see gpulab.widgets)
+
+
+@pytest.mark.parametrize(("dtype", "tf32"), [("tf32", True), ("float32", False), ("float16", False)])
+def test_matmul_mode_sets_tf32_for_cublas_and_cudnn_alike_and_restores_both(dtype, tf32):
+    switches = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    saved = [s.allow_tf32 for s in switches]
+    try:
+        for switch in switches:
+            switch.allow_tf32 = not tf32
+        with precision.matmul_mode(dtype) as torch_dtype:
+            assert [s.allow_tf32 for s in switches] == [tf32, tf32]
+            assert torch_dtype == (torch.float32 if dtype == "tf32" else getattr(torch, dtype))
+        assert [s.allow_tf32 for s in switches] == [not tf32, not tf32]
+    finally:
+        for switch, value in zip(switches, saved, strict=True):
+            switch.allow_tf32 = value

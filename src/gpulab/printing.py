@@ -1,0 +1,25 @@
+"""What the chapters print besides figures: the source of a gpulab function, a byte count."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from IPython.display import Code, display
+
+_BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def show_source(fn: Callable) -> None:
+    """Display the source of ``fn`` with syntax highlighting: the code the text describes, not a copy of it."""
+    display(Code(inspect.getsource(fn), language="python"))
+
+
+def format_bytes(nbytes: int) -> str:
+    """``nbytes`` in the largest binary unit that keeps the number at least 1, e.g. ``"1.5 MiB"``."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    for unit, scale in _BINARY_UNITS:
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} B"
