@@ -300,7 +300,7 @@ def profile_training_step(layers: int, d_model: int, heads: int, d_ff: int, batc
     # kineto writes a line to stderr at every profiler start and stop; it reads this once, at its first use
     os.environ.setdefault("KINETO_LOG_LEVEL", "99")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, acc_events=True) as prof:  # one cycle; without it torch warns
         for _ in range(steps):
             step()
         timing.synchronize(device)

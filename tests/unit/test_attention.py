@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import attention
+from gpulab import attention, env
 
 
 def test_attention_functions_match_pytorch():
@@ -73,12 +73,13 @@ def test_operator_names_are_classified():
     assert attention.classify("aten::native_layer_norm_backward", patterns) == "layer norm"
 
 
-def test_profile_training_step_on_the_cpu():
+def test_profile_training_step_sorts_the_time_of_every_kernel_or_operator_into_categories():
     rows = attention.training_step_profile(layers=1, d_model=16, heads=2, d_ff=32, batch=2, seq_len=8,
                                            precisions=["float32"], steps=2)
     assert [r["category"] for r in rows] == list(attention.CATEGORIES)
     assert sum(r["share"] for r in rows) == pytest.approx(1)
     gemm = next(r for r in rows if r["category"] == "GEMM")
-    assert gemm["source"] == "CPU operators" and gemm["seconds"] > 0 and gemm["count"] > 0
+    expected_source = "GPU kernels" if env.device().type == "cuda" else "CPU operators"
+    assert gemm["source"] == expected_source and gemm["seconds"] > 0 and gemm["count"] > 0
     with pytest.raises(ValueError, match="^precision:"):
         attention.profile_training_step(1, 16, 2, 32, 2, 8, precision="bfloat16", device=torch.device("cpu"))
