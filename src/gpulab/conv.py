@@ -545,18 +545,22 @@ def layout_figure(c: int = 64, h: int = 5, w: int = 4, *, title: str | None = No
 
 
 def memory_order_figure(c: int = 64, h: int = 5, w: int = 4, count: int = 24, *, title: str | None = None) -> go.Figure:
-    """The first ``count`` elements of memory, in order, for each layout: which (c, h, w) sits at each offset."""
+    """The first ``count`` elements of memory, in order, for each layout: which (c, h, w) sits at each offset.
+
+    One heatmap with a row per layout (two one-row heatmaps on a category axis break plotly.js's calc).
+    """
     count = positive_int("count", count)
-    fig = go.Figure()
+    channels, labels = [], []
     for name in LAYOUTS:
         flat = layout_offsets((1, c, h, w), name)[0].flatten()
-        order = torch.argsort(flat)[:count]  # element index (c, h, w) row-major, sorted by its offset
-        labels = [f"c{i // (h * w)}<br>h{i // w % h}<br>w{i % w}" for i in order.tolist()]
-        fig.add_trace(go.Heatmap(
-            z=[[i // (h * w) for i in order.tolist()]], x=list(range(len(labels))), y=[name], text=[labels],
-            texttemplate="%{text}", textfont=dict(size=9), colorscale="Viridis", zmin=0, zmax=c - 1,
-            showscale=False, hovertemplate=f"{name} offset %{{x}}: %{{text}}<extra></extra>", xgap=2, ygap=6,
-        ))
+        order = torch.argsort(flat)[:count].tolist()  # element index (c, h, w) row-major, sorted by its offset
+        channels.append([i // (h * w) for i in order])
+        labels.append([f"c{i // (h * w)}<br>h{i // w % h}<br>w{i % w}" for i in order])
+    fig = go.Figure(go.Heatmap(
+        z=channels, x=list(range(len(labels[0]))), y=list(LAYOUTS), text=labels, texttemplate="%{text}",
+        textfont=dict(size=9), colorscale="Viridis", zmin=0, zmax=c - 1, showscale=False,
+        hovertemplate="%{y} offset %{x}: %{text}<extra></extra>", xgap=2, ygap=6,
+    ))
     fig.update_layout(title=title or f"The first {count} elements in memory (colour: channel)", height=330,
                       xaxis=dict(title="memory offset", dtick=1, showgrid=False),
                       yaxis=dict(autorange="reversed", showgrid=False))

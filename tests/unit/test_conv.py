@@ -133,8 +133,16 @@ def test_layouts_match_torch_strides():
     assert sorted(nhwc.flatten().tolist()) == list(range(1280))  # a permutation: every offset used once
     with pytest.raises(ValueError, match="^layout:"):
         conv.layout_offsets(shape, "CHWN")
-    for fig in (conv.layout_figure(), conv.memory_order_figure()):
-        pio.to_json(fig)
+    pio.to_json(conv.layout_figure())
+
+
+def test_memory_order_figure_shows_which_channel_sits_at_each_offset():
+    (heatmap,) = conv.memory_order_figure(64, 5, 4, count=24).data  # one trace: two one-row heatmaps break plotly.js
+    assert list(heatmap.y) == ["NCHW", "NHWC"]
+    nchw, nhwc = heatmap.z
+    assert list(nchw) == [0] * 20 + [1] * 4  # a channel's 5 x 4 pixels, then the next channel
+    assert list(nhwc) == list(range(24))  # the channels of pixel (0, 0) side by side
+    assert heatmap.text[0][20] == "c1<br>h0<br>w0" and heatmap.text[1][1] == "c1<br>h0<br>w0"
 
 
 def test_course_example():
