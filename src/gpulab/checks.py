@@ -9,6 +9,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import torch
+
+from gpulab.correctness import relative_error
+
+
+def agrees_with(actual: object, reference: torch.Tensor, tolerance: float = 1e-6) -> bool:
+    """True if ``actual`` is a tensor of the reference's shape within ``tolerance`` relative error; never raises.
+
+    A student's None, a wrong shape or a NaN is simply False, which a check turns into its hint.
+    """
+    if not isinstance(actual, torch.Tensor) or actual.shape != reference.shape:
+        return False
+    return relative_error(actual, reference) <= tolerance  # NaN compares False
+
 
 class CheckFailed(AssertionError):
     """A lab check failed (raised only by a strict grader)."""

@@ -22,7 +22,6 @@ The three implementations are the three ways of seeing the same arithmetic:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -644,13 +643,6 @@ def hidden_units_for(total: int = COURSE_PARAMETERS, conv: int = 3 * 3 * 3 * 2 +
                      classes: int = 2) -> float:
     """Solve conv + (flat + 1) H + (H + 1) classes = total for the hidden layer's width H."""
     return (total - conv - classes) / (flat + 1 + classes)
-
-
-def softmax_of(values: Sequence[float]) -> list[float]:
-    """The softmax of a plain list, computed stably (largest value subtracted first)."""
-    top = max(values)
-    exps = [math.exp(v - top) for v in values]
-    return [e / sum(exps) for e in exps]
 
 
 def im2col_figure(h: int = 4, w: int = 4, r: int = 3, s: int = 3, stride: int = 1, padding: int = 1, *,

@@ -209,16 +209,6 @@ def gradient_errors(mine: Sequence[Gradients], reference: Sequence[Gradients]) -
             for i, (a, b) in enumerate(zip(mine, reference, strict=True))]
 
 
-def agrees_with(actual: object, reference: torch.Tensor, tolerance: float = 1e-6) -> bool:
-    """True if ``actual`` is a tensor of the reference's shape within ``tolerance`` relative error; never raises.
-
-    The labs grade with it: a None, a wrong shape or a NaN is simply False.
-    """
-    if not isinstance(actual, torch.Tensor) or actual.shape != reference.shape:
-        return False
-    return relative_error(actual, reference) <= tolerance  # NaN compares False
-
-
 def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> dict[str, torch.Tensor]:
     """scikit-learn's 8 x 8 digits (1797 images; shipped with the package), pixels scaled to [0, 1], split."""
     from sklearn.datasets import load_digits

@@ -154,3 +154,11 @@ def test_vertical_marker_places_its_text_on_a_log_axis():
     plots.vertical_marker(fig, 1e6, "here")
     assert fig.layout.shapes[0].x0 == 1e6
     assert fig.layout.annotations[-1].x == pytest.approx(6.0) and fig.layout.annotations[-1].text == "here"
+
+
+def test_agrees_with_never_raises():
+    reference = torch.randn(3, 2, dtype=torch.float64)
+    assert checks.agrees_with(reference.clone(), reference)
+    assert not checks.agrees_with(None, reference)
+    assert not checks.agrees_with(reference.T, reference)
+    assert not checks.agrees_with(torch.full_like(reference, float("nan")), reference)

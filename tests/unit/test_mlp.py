@@ -60,14 +60,6 @@ def test_mlp_backward_and_loss_gradient_equal_autograd():
         mlp.init_mlp([6])
 
 
-def test_agrees_with_never_raises():
-    reference = fresh(3, 2)
-    assert mlp.agrees_with(reference.clone(), reference)
-    assert not mlp.agrees_with(None, reference)
-    assert not mlp.agrees_with(reference.T, reference)
-    assert not mlp.agrees_with(torch.full_like(reference, float("nan")), reference)
-
-
 def test_training_learns_the_digits():
     training = mlp.train_digits([16], epochs=4, batch=64, learning_rate=0.1)
     assert [r["epoch"] for r in training.rows] == [1, 2, 3, 4]
