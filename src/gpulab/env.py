@@ -111,16 +111,21 @@ def describe(dev: torch.device | None = None) -> DeviceInfo:
 
 
 def banner(info: DeviceInfo | None = None) -> str:
-    """What runs this notebook (first line), and what that means for the numbers on the page (second)."""
+    """What runs this notebook (first line), what that means for the numbers on the page (second), and
+    where its kernels run (third, from :func:`gpulab.kernels.describe`)."""
+    from gpulab import kernels  # here, not at the top: gpulab.kernels itself asks this module for the device
+
     info = info or describe()
     if info.kind == "cuda":
         gib = info.memory_bytes / 2**30 if info.memory_bytes else float("nan")
         return (
             f"GPU: {info.name} ({info.multiprocessors} SMs, {gib:.0f} GiB, compute capability "
             f"{info.compute_capability}), torch {info.torch_version}, CUDA {info.cuda_version}\n"
-            "Experiments run live on this GPU, with the recorded GPU runs drawn beside them."
+            "Experiments run live on this GPU, with the recorded GPU runs drawn beside them.\n"
+            f"{kernels.describe()}"
         )
     return (
         f"CPU - no CUDA device ({info.name}, torch {info.torch_version})\n"
-        "Experiments run small, on this CPU; GPU figures are drawn from recordings, labelled with their GPU and date."
+        "Experiments run small, on this CPU; GPU figures are drawn from recordings, labelled with their GPU and date.\n"
+        f"{kernels.describe()}"
     )

@@ -11,8 +11,11 @@ _BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
 def show_source(fn: Callable) -> None:
-    """Display the source of ``fn`` with syntax highlighting: the code the text describes, not a copy of it."""
-    display(Code(inspect.getsource(fn), language="python"))
+    """Display the source of ``fn`` with syntax highlighting: the code the text describes, not a copy of it.
+
+    A numba kernel shows the Python function it was compiled from (its ``py_func``).
+    """
+    display(Code(inspect.getsource(getattr(fn, "py_func", fn)), language="python"))
 
 
 def format_bytes(nbytes: int) -> str:

@@ -1,0 +1,234 @@
+"""The course's CUDA C kernels: find them, compile them, report their resources, launch them.
+
+Each ``NN_name.cu`` file in this folder holds one step of the course, numbered in teaching order.
+Kernels are declared ``extern "C"`` so that their names survive compilation unmangled.
+
+- :func:`compile_report` compiles a file with NVRTC (NVIDIA's runtime compiler, which needs no GPU)
+  and returns what the assembler reports per kernel: registers per thread, shared memory, spills.
+  CI calls it on every file, so a kernel that no longer compiles fails the tests on a CPU.
+- :func:`launch` runs a kernel on the GPU through CuPy, taking torch tensors as arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from IPython.display import Code, display
+
+from gpulab import env, kernels, timing
+
+FOLDER = Path(__file__).parent
+OPTIONS = ("-std=c++17",)
+DEFAULT_ARCH = "sm_90"  # compiled for Hopper when no GPU says otherwise
+INT32 = (-2**31, 2**31 - 1)
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel file; the message carries the compiler's log."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the assembler reports for one kernel: per-thread registers, per-block shared memory, spills."""
+
+    kernel: str
+    registers: int
+    shared_bytes: int
+    stack_bytes: int
+    spill_stores_bytes: int
+    spill_loads_bytes: int
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    file: str
+    arch: str
+    resources: dict[str, Resources]
+    log: str
+
+
+def files() -> list[Path]:
+    """Every kernel file, in course order."""
+    return sorted(FOLDER.glob("*.cu"))
+
+
+def path(name: str) -> Path:
+    """The file of kernel step ``name``: ``"04_saxpy"`` or ``"04_saxpy.cu"``."""
+    stem = name.removesuffix(".cu")
+    found = FOLDER / f"{stem}.cu"
+    if not found.is_file():
+        known = ", ".join(p.stem for p in files())
+        raise ValueError(f"name: no kernel file {stem!r}; the files are {known}")
+    return found
+
+
+def source(name: str) -> str:
+    return path(name).read_text()
+
+
+def show(name: str) -> None:
+    """Display the source of kernel file ``name`` with syntax highlighting."""
+    display(Code(source(name), language="cuda"))
+
+
+def device_arch() -> str:
+    """``sm_XY`` of the GPU present, or :data:`DEFAULT_ARCH` without one."""
+    if kernels.on_gpu():
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm_{major}{minor}"
+    return DEFAULT_ARCH
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise kernels.MissingPackage(
+            "compiling CUDA C without CuPy needs NVRTC's Python bindings: "
+            "pip install cuda-bindings nvidia-cuda-nvrtc") from error
+    return nvrtc
+
+
+def _checked(result: tuple, what: str):
+    error, *values = result
+    if int(error) != 0:
+        raise CompileError(f"NVRTC {what}: {error}")
+    return values[0] if len(values) == 1 else values
+
+
+def _number(pattern: str, text: str) -> int:
+    match = re.search(pattern, text)
+    return int(match.group(1)) if match else 0
+
+
+def parse_resources(log: str) -> dict[str, Resources]:
+    """The per-kernel resource lines of a ``ptxas -v`` log, keyed by kernel name."""
+    found: dict[str, Resources] = {}
+    for part in re.split(r"ptxas info\s*: Compiling entry function ", log)[1:]:
+        name = re.match(r"'([^']+)'", part).group(1)
+        found[name] = Resources(
+            kernel=name,
+            registers=_number(r"Used (\d+) registers", part),
+            shared_bytes=_number(r"(\d+) bytes smem", part),
+            stack_bytes=_number(r"(\d+) bytes stack frame", part),
+            spill_stores_bytes=_number(r"(\d+) bytes spill stores", part),
+            spill_loads_bytes=_number(r"(\d+) bytes spill loads", part),
+        )
+    return found
+
+
+def compile_report(name: str, arch: str | None = None) -> CompileReport:
+    """Compile kernel file ``name`` with NVRTC for ``arch`` (default: this GPU's, else sm_90); raise CompileError.
+
+    No GPU is needed: NVRTC is a library that turns CUDA C into machine code for a named architecture.
+    """
+    arch = arch or device_arch()
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise ValueError(f"arch: like 'sm_90', got {arch!r}")
+    nvrtc = _nvrtc()
+    file = path(name)
+    program = _checked(nvrtc.nvrtcCreateProgram(file.read_bytes(), file.name.encode(), 0, [], []), "create")
+    try:
+        options = [*(o.encode() for o in OPTIONS), f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        size = _checked(nvrtc.nvrtcGetProgramLogSize(program), "log size")
+        log = b" " * size
+        _checked(nvrtc.nvrtcGetProgramLog(program, log), "log")
+        text = log.decode(errors="replace").rstrip("\x00 \n")
+        if int(status) != 0:
+            raise CompileError(f"{file.name} does not compile for {arch}:\n{text}")
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return CompileReport(file.name, arch, parse_resources(text), text)
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as error:
+        raise kernels.MissingPackage(
+            "launching CUDA C needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x for CUDA 13)") from error
+    return cupy
+
+
+@cache
+def _module(name: str):
+    return _cupy().RawModule(code=source(name), options=OPTIONS)
+
+
+def function(name: str, kernel: str):
+    """The CuPy kernel ``kernel`` of file ``name``, compiled for this GPU (once; later calls reuse it)."""
+    if not kernels.on_gpu():
+        raise ValueError(
+            f"{name}: CUDA C kernels launch only on a GPU, and this run uses numba's simulator; "
+            "compile_report() checks that they compile")
+    module = _module(path(name).stem)
+    try:
+        return module.get_function(kernel)
+    except Exception as error:  # CuPy raises its driver's error type for an unknown name
+        raise ValueError(f"kernel: {path(name).name} has no kernel {kernel!r}") from error
+
+
+def _argument(value: object, position: int):
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cuda" or not value.is_contiguous():
+            raise ValueError(f"argument {position}: a contiguous CUDA tensor, got one on {value.device}")
+        return _cupy().asarray(value.detach())
+    if isinstance(value, bool):
+        return np.int32(value)
+    if isinstance(value, int):
+        if not INT32[0] <= value <= INT32[1]:
+            raise ValueError(f"argument {position}: {value} does not fit the kernel's 32-bit int")
+        return np.int32(value)
+    if isinstance(value, float):
+        return np.float32(value)
+    if isinstance(value, np.generic):
+        return value
+    raise TypeError(f"argument {position}: a tensor, int, float or NumPy scalar, got {type(value).__name__}")
+
+
+def _dim3(value: int | tuple[int, ...], what: str) -> tuple[int, ...]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(f"{what}: one to three positive ints, got {value!r}")
+    return dims
+
+
+def prepared(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
+             shared_bytes: int = 0) -> Callable[[], None]:
+    """A function that launches ``kernel<<<grid, block, shared_bytes>>>(*args)`` of file ``name`` on the GPU.
+
+    Tensors pass as device pointers; Python ints as C ``int``, floats as C ``float``; NumPy scalars
+    as they are (``np.int64(n)`` for a ``long``). The arguments are converted once, here, so that
+    repeated calls cost only the launch itself (what a timer should see).
+    """
+    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    if np.prod(block) > 1024:
+        raise ValueError(f"block: at most 1024 threads per block, got {int(np.prod(block))}")
+    function_ = function(name, kernel)
+    converted = tuple(_argument(a, i) for i, a in enumerate(args))
+
+    def run() -> None:
+        function_(grid, block, converted, shared_mem=shared_bytes)
+
+    return run
+
+
+def launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
+           shared_bytes: int = 0) -> None:
+    """Launch ``kernel<<<grid, block, shared_bytes>>>(*args)`` of file ``name`` on the GPU (asynchronously)."""
+    prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes)()
+
+
+def time_launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
+                shared_bytes: int = 0) -> timing.Timing:
+    """Time repeated launches with :func:`gpulab.timing.measure` (CUDA events; L2 not flushed: the kernels
+    of the book that are timed this way stream far more data than L2 holds, or compute from registers)."""
+    run = prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes)
+    return timing.measure(run, device=env.device(), flush_l2=False)
