@@ -16,6 +16,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 from gpulab import env, timing
 
 SCHEMA = 1
+KERNELS = Path(__file__).parent / "kernels"  # the CUDA C files, named in experiments as "NN_name"
 
 
 @dataclass
@@ -68,10 +70,14 @@ def function_name(fn: Callable) -> str:
 
 
 def code_hash(fn: Callable) -> str:
-    """Hash of the source of ``fn``'s module and of the timing method: edit either and recordings go stale."""
+    """Hash of the source of ``fn``'s module, of the CUDA C kernel files it names, and of the timing method:
+    edit any of them and recordings go stale."""
     module = inspect.getmodule(fn)
     defined_in_notebook = module is None or module.__name__ == "__main__"
-    sources = [inspect.getsource(fn if defined_in_notebook else module), inspect.getsource(timing)]
+    code = inspect.getsource(fn if defined_in_notebook else module)
+    kernel_files = sorted(KERNELS / f"{stem}.cu" for stem in set(re.findall(r'"(\d\d_\w+)"', code))
+                          if (KERNELS / f"{stem}.cu").is_file())
+    sources = [code, *(path.read_text() for path in kernel_files), inspect.getsource(timing)]
     return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
 
 

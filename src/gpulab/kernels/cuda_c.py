@@ -127,13 +127,20 @@ def compile_report(name: str, arch: str | None = None) -> CompileReport:
     """Compile kernel file ``name`` with NVRTC for ``arch`` (default: this GPU's, else sm_90); raise CompileError.
 
     No GPU is needed: NVRTC is a library that turns CUDA C into machine code for a named architecture.
+    A file is compiled once per architecture and source text: NVRTC 13.0 was seen to leave the
+    assembler's report out of the log when the same program was compiled again in one process.
     """
     arch = arch or device_arch()
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise ValueError(f"arch: like 'sm_90', got {arch!r}")
-    nvrtc = _nvrtc()
     file = path(name)
-    program = _checked(nvrtc.nvrtcCreateProgram(file.read_bytes(), file.name.encode(), 0, [], []), "create")
+    return _compiled(file, file.read_text(), arch)
+
+
+@cache
+def _compiled(file: Path, text: str, arch: str) -> CompileReport:
+    nvrtc = _nvrtc()
+    program = _checked(nvrtc.nvrtcCreateProgram(text.encode(), file.name.encode(), 0, [], []), "create")
     try:
         options = [*(o.encode() for o in OPTIONS), f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
