@@ -105,7 +105,7 @@ def stencil(n: int, trials: int = 3) -> list[dict]:
     outputs that came out wrong. On a GPU this is CUDA C; in the simulator, its numba twin.
     """
     n, trials = positive_int("n", n), positive_int("trials", trials)
-    device = env.device()
+    device = kernels.device()
     blocks = (n + STENCIL_BLOCK - 1) // STENCIL_BLOCK
     if not kernels.on_gpu() and blocks > 16:
         raise ValueError(f"n: the simulator runs at most 16 blocks of {STENCIL_BLOCK} threads here; got {n}")

@@ -47,7 +47,7 @@ def hello(blocks: int, threads_per_block: int) -> list[dict]:
     """Launch the guest-book kernel: one row per thread, in the order the threads signed."""
     blocks, threads_per_block = positive_int("blocks", blocks), positive_int("threads_per_block", threads_per_block)
     _check_launch(blocks, threads_per_block)
-    device = env.device()
+    device = kernels.device()
     threads = blocks * threads_per_block
     count = torch.zeros(1, dtype=torch.int32, device=device)
     block_of, thread_of = (torch.full((threads,), -1, dtype=torch.int32, device=device) for _ in range(2))
@@ -66,7 +66,7 @@ def hello(blocks: int, threads_per_block: int) -> list[dict]:
 
 def scalar_add(a: int, b: int) -> int:
     """``a + b`` computed by one GPU thread (the course's first kernel with arguments)."""
-    device = env.device()
+    device = kernels.device()
     inputs = [torch.tensor([v], dtype=torch.int32, device=device) for v in (a, b)]
     c = torch.full((1,), -1, dtype=torch.int32, device=device)
     if kernels.on_gpu():
@@ -81,7 +81,7 @@ def vector_add(n: int, threads_per_block: int = 256) -> dict:
     """Add two random vectors of ``n`` floats with (n + M - 1) / M blocks of M threads; check it; say how."""
     blocks = blocks_for(n, threads_per_block)
     _check_launch(blocks, threads_per_block)
-    device = env.device()
+    device = kernels.device()
     fits_in_memory("n", 3 * 4 * n, device)
     a, b = random_tensor((n,), torch.float32, device), random_tensor((n,), torch.float32, device)
     c = poisoned((n,), torch.float32, device)
@@ -99,7 +99,7 @@ def saxpy(n: int, a: float = 2.0, threads_per_block: int = 256) -> dict:
     """Run SAXPY (the course's kernel, one element per thread) on random data and check it."""
     blocks = blocks_for(n, threads_per_block)
     _check_launch(blocks, threads_per_block)
-    device = env.device()
+    device = kernels.device()
     fits_in_memory("n", 3 * 4 * n, device)
     x, y = random_tensor((n,), torch.float32, device), random_tensor((n,), torch.float32, device)
     expected = a * x.double() + y.double()
@@ -120,7 +120,7 @@ def grid_2d(grid: tuple[int, int] = (3, 2), block: tuple[int, int] = (4, 3)) -> 
     (gx, gy), (bx, by) = positive_ints("grid", grid), positive_ints("block", block)
     _check_launch(gx * gy, bx * by)
     rows, cols = gy * by, gx * bx
-    device = env.device()
+    device = kernels.device()
     owner = torch.full((4, rows, cols), -1, dtype=torch.int32, device=device)
     if kernels.on_gpu():
         cuda_c.launch("07_grid_2d", "who_wrote", (gx, gy), (bx, by), owner, rows, cols)
@@ -159,7 +159,7 @@ def divergence(group_widths: Sequence[int], n: int = 2**22, iterations: int = 20
     """
     groups = positive_ints("group_widths", group_widths)
     _needs_gpu("divergence")
-    device = env.device()
+    device = kernels.device()
     fits_in_memory("n", 2 * 4 * n, device)
     blocks = blocks_for(n, threads_per_block)
     rows = []
@@ -196,7 +196,7 @@ def launch_configuration(n: int, threads_per_block: Sequence[int], elements_per_
     sizes, counts = positive_ints("threads_per_block", threads_per_block), positive_ints("elements_per_thread",
                                                                                           elements_per_thread)
     _needs_gpu("launch_configuration")
-    device = env.device()
+    device = kernels.device()
     fits_in_memory("n", 3 * 4 * n, device)
     info = env.describe()
     sm = occupancy.limits(info.compute_capability)
@@ -230,7 +230,7 @@ def saxpy_vs_copy(n: int = 2**28, a: float = 2.0) -> list[dict]:
     """
     n = positive_int("n", n)
     _needs_gpu("saxpy_vs_copy")
-    device = env.device()
+    device = kernels.device()
     fits_in_memory("n", 6 * 4 * n, device)
     sms = env.describe().multiprocessors
     x, y = random_tensor((n,), torch.float32, device), random_tensor((n,), torch.float32, device)

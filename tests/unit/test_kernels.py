@@ -19,8 +19,7 @@ simulator_only = pytest.mark.skipif(kernels.on_gpu(), reason="checks the simulat
 @pytest.mark.parametrize("file", cuda_c.files(), ids=lambda p: p.stem)
 def test_every_kernel_file_compiles_and_reports_its_resources(file):
     report = cuda_c.compile_report(file.stem, arch="sm_90")
-    entries = [line.split("(")[0].split()[-1] for line in file.read_text().splitlines()
-               if line.startswith('extern "C" __global__')]
+    entries = cuda_c.entry_points(file.read_text())
     assert entries and sorted(report.resources) == sorted(entries)
     assert all(r.registers > 0 and r.spill_stores_bytes == 0 for r in report.resources.values())
 

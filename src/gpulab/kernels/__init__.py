@@ -90,6 +90,11 @@ def numba_cuda():
     return cuda
 
 
+def device() -> torch.device:
+    """Where a kernel's data lives: the GPU, or the CPU under the simulator (even on a GPU machine)."""
+    return env.device() if on_gpu() else torch.device("cpu")
+
+
 def device_array(tensor: torch.Tensor):
     """``tensor`` as a numba kernel argument, sharing its memory (no copy).
 

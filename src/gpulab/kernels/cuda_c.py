@@ -145,14 +145,33 @@ def _compiled(file: Path, text: str, arch: str) -> CompileReport:
         options = [*(o.encode() for o in OPTIONS), f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         size = _checked(nvrtc.nvrtcGetProgramLogSize(program), "log size")
-        log = b" " * size
+        # A fresh, writable buffer: NVRTC writes the log into it. (b" " * size would not do: for an
+        # empty log, size is 1, and b" " * 1 is Python's one shared b" ", which NVRTC would overwrite.)
+        log = bytearray(size)
         _checked(nvrtc.nvrtcGetProgramLog(program, log), "log")
-        text = log.decode(errors="replace").rstrip("\x00 \n")
+        log_text = bytes(log).decode(errors="replace").rstrip("\x00 \n")
         if int(status) != 0:
-            raise CompileError(f"{file.name} does not compile for {arch}:\n{text}")
+            raise CompileError(f"{file.name} does not compile for {arch}:\n{log_text}")
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return CompileReport(file.name, arch, parse_resources(text), text)
+    resources = parse_resources(log_text)
+    missing = [k for k in entry_points(text) if k not in resources]
+    if missing and kernels.on_gpu() and arch == device_arch():
+        # NVRTC 13.0 was seen to leave the assembler's report out of the log inside a notebook on a
+        # GPU; the compiled kernel's own attributes, from the driver, say the same things.
+        for kernel in missing:
+            attributes = function(file.stem, kernel).attributes
+            resources[kernel] = Resources(kernel, attributes["num_regs"], attributes["shared_size_bytes"],
+                                          attributes["local_size_bytes"], 0, 0)
+        missing = []
+    if missing:
+        raise CompileError(f"{file.name}: NVRTC compiled it but reported no resources for {', '.join(missing)}")
+    return CompileReport(file.name, arch, resources, log_text)
+
+
+def entry_points(text: str) -> list[str]:
+    """The names of the ``extern "C" __global__`` kernels defined in CUDA C source ``text``."""
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', text)
 
 
 def _cupy():

@@ -17,6 +17,7 @@ cuda = kernels.numba_cuda()
 
 RADIUS = 3  # the stencil's, as in 10_stencil_1d.cu
 BLOCK_SIZE = 256
+WINDOW = BLOCK_SIZE + 2 * RADIUS  # a shared array's size must be a constant: numba on a GPU rejects an expression
 
 
 @cuda.jit
@@ -64,10 +65,10 @@ def who_wrote(owner):
 @cuda.jit
 def stencil_1d(values, out, use_barrier):
     """10_stencil_1d.cu: out[i] = values[i] + ... + values[i + 6], through a shared-memory window."""
-    window = cuda.shared.array(BLOCK_SIZE + 2 * RADIUS, dtype=np.float32)
+    window = cuda.shared.array(WINDOW, dtype=np.float32)
     first = cuda.blockIdx.x * BLOCK_SIZE  # window[j] holds values[first + j]
     j = cuda.threadIdx.x
-    while j < BLOCK_SIZE + 2 * RADIUS:
+    while j < WINDOW:
         if first + j < values.size:
             window[j] = values[first + j]
         j += BLOCK_SIZE

@@ -1,0 +1,245 @@
+"""The kernel graders name the usual mistakes: each test kernel below makes one of them.
+
+The kernels run under numba's CUDA simulator here (and on the GPU on a GPU machine), on a few small
+blocks so that the whole file takes seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gpulab import checks, kernel_checks, kernels
+from gpulab.kernel_checks import Diagnosis
+
+cuda = kernels.numba_cuda()
+M = 32  # threads per block of the 1D tests
+N = 2 * M + 5  # not a multiple of M: the last block has idle threads
+
+
+# --- SAXPY -----------------------------------------------------------------------------------------
+
+@cuda.jit
+def saxpy(n, a, x, y):
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = a * x[i] + y[i]
+
+
+@cuda.jit
+def saxpy_unbounded(n, a, x, y):
+    i = cuda.grid(1)
+    y[i] = a * x[i] + y[i]
+
+
+@cuda.jit
+def saxpy_forgets_y(n, a, x, y):
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = a * x[i]
+
+
+@cuda.jit
+def does_nothing(n, a, x, y):
+    pass
+
+
+def launched(kernel, blocks):
+    return lambda a, x, y: kernel[blocks(x.shape[0]), M](x.shape[0], a, x, y)
+
+
+def test_saxpy_right_kernel_passes():
+    diagnosis = kernel_checks.diagnose_saxpy(launched(saxpy, lambda n: kernel_checks.blocks_for(n, M)), N)
+    assert diagnosis.ok and diagnosis == Diagnosis("ok", "every element is right")
+
+
+def test_saxpy_mistakes_are_named():
+    ceil_blocks = lambda n: kernel_checks.blocks_for(n, M)  # noqa: E731
+    assert kernel_checks.diagnose_saxpy(launched(saxpy_unbounded, ceil_blocks), N).problem == "out of bounds"
+    too_few = kernel_checks.diagnose_saxpy(launched(saxpy, lambda n: n // M), N)
+    assert too_few.problem == "unwritten tail" and f"indices {2 * M} to {N - 1}" in too_few.detail
+    nothing = kernel_checks.diagnose_saxpy(launched(does_nothing, ceil_blocks), N)
+    assert nothing == Diagnosis("unwritten", f"none of the {N} elements was written")
+    wrong = kernel_checks.diagnose_saxpy(launched(saxpy_forgets_y, ceil_blocks), N)
+    assert wrong.problem == "wrong values" and f"{N} of {N} elements are wrong" in wrong.detail
+
+
+def test_saxpy_errors_become_diagnoses():
+    def broken(a, x, y):
+        raise TypeError("unsupported operand")
+
+    diagnosis = kernel_checks.diagnose_saxpy(broken, N)
+    assert diagnosis.problem == "error" and "TypeError: unsupported operand" in diagnosis.detail
+    assert kernel_checks.diagnose_saxpy(lambda a, x, y: None, N).problem == "unwritten"
+    with pytest.raises(ValueError, match="^n:"):
+        kernel_checks.diagnose_saxpy(broken, 0)
+
+
+# --- a 2D kernel: out[row, col] = scale * inp[row, col] + row ----------------------------------------
+
+THREADS = (8, 4)  # x along a row
+ROWS, COLS = 13, 21  # neither a multiple of its block side, and not square
+
+
+@cuda.jit
+def scale_add_row(inp, out, scale):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        out[row, col] = scale * inp[row, col] + row
+
+
+@cuda.jit
+def scale_add_row_names_swapped(inp, out, scale):
+    row, col = cuda.grid(2)  # the mistake: x is the column
+    if row < out.shape[0] and col < out.shape[1]:
+        out[row, col] = scale * inp[row, col] + row
+
+
+@cuda.jit
+def scale_add_row_indices_swapped(inp, out, scale):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        out[col, row] = scale * inp[col, row] + row  # the mistake: out[col, row]
+
+
+@cuda.jit
+def scale_add_row_unbounded(inp, out, scale):
+    col, row = cuda.grid(2)
+    out[row, col] = scale * inp[row, col] + row
+
+
+def test_matrix_right_kernel_passes():
+    assert kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS).ok
+
+
+def test_matrix_mistakes_are_named():
+    names = kernel_checks.diagnose_scale_add_row(scale_add_row_names_swapped, ROWS, COLS, THREADS)
+    assert names.problem == "index order" and "takes x" in names.detail
+    indices = kernel_checks.diagnose_scale_add_row(scale_add_row_indices_swapped, ROWS, COLS, THREADS)
+    assert indices.problem == "index order" and "16 x 16" in indices.detail
+    unbounded = kernel_checks.diagnose_scale_add_row(scale_add_row_unbounded, ROWS, COLS, THREADS)
+    assert unbounded.problem == "out of bounds"
+    too_small = kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=(2, 3))
+    assert too_small.problem == "unwritten" and "reaches 12 rows and 16 columns" in too_small.detail
+
+
+def test_matrix_bad_grids_are_named_without_a_launch():
+    for blocks in (None, (3,), (3.0, 4), (0, 4)):
+        diagnosis = kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=blocks)
+        assert diagnosis.problem == "error" and "two whole numbers" in diagnosis.detail
+    assert "far past" in kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (99, 99)).detail
+    assert kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (np.int64(3), 4)).ok
+
+
+# --- the 1D stencil of radius 3 in shared memory ---------------------------------------------------
+
+RADIUS = 3
+BLOCK = 32
+WINDOW = BLOCK + 2 * RADIUS  # a shared array's size must be a constant: numba on a GPU takes no expression
+
+
+def make_stencil(barrier: bool, halo: bool, shift: int):
+    @cuda.jit
+    def stencil(inp, out, n):
+        window = cuda.shared.array(WINDOW, np.float32)
+        first = cuda.blockIdx.x * BLOCK
+        j = cuda.threadIdx.x
+        last = WINDOW if halo else BLOCK
+        while j < last:
+            if first + j < n + 2 * RADIUS:
+                window[j] = inp[first + j]
+            j += BLOCK
+        if barrier:
+            cuda.syncthreads()
+        i = first + cuda.threadIdx.x
+        if i < n:
+            total = 0.0
+            for k in range(2 * RADIUS + 1):
+                total += window[cuda.threadIdx.x + k + shift]
+            out[i] = total
+
+    return stencil
+
+
+def test_stencil_right_kernel_passes():
+    assert kernel_checks.diagnose_stencil(make_stencil(True, True, 0), N, BLOCK).ok
+
+
+def test_stencil_mistakes_are_named():
+    race = kernel_checks.diagnose_stencil(make_stencil(False, True, 0), 2 * BLOCK, BLOCK)
+    if not kernels.on_gpu():  # on a GPU a block of 32 threads is one warp, which runs in step: no race shows
+        assert race.problem == "race" and "match no window" in race.detail
+    halo = kernel_checks.diagnose_stencil(make_stencil(True, False, 0), 2 * BLOCK, BLOCK)
+    assert halo.problem == "race" and "halo" in halo.detail
+    shifted = kernel_checks.diagnose_stencil(make_stencil(True, True, -RADIUS), 2 * BLOCK, BLOCK)
+    assert shifted.problem == "shifted window" and "i -3" in shifted.detail
+
+
+def test_stencil_reference_and_blocks():
+    x = torch.arange(10.0)
+    assert kernel_checks.stencil_reference(x, 3).tolist() == [21.0, 28.0, 35.0, 42.0]
+    assert [kernel_checks.blocks_for(n, 32) for n in (1, 32, 33, 64)] == [1, 1, 2, 2]
+    with pytest.raises(ValueError, match="^n and threads_per_block"):
+        kernel_checks.blocks_for(0, 32)
+
+
+# --- the building blocks ---------------------------------------------------------------------------
+
+def test_compare_names_nan_tail_and_wrong_values():
+    reference = torch.arange(1.0, 9.0)
+    assert kernel_checks.compare(reference.clone(), reference).ok
+    tail = reference.clone()
+    tail[5:] = math.nan
+    assert kernel_checks.compare(tail, reference).problem == "unwritten tail"
+    holes = reference.clone()
+    holes[2] = math.nan
+    assert kernel_checks.compare(holes, reference).detail.endswith("the first at index 2")
+    wrong = reference.clone()
+    wrong[4] += 1
+    assert "the first at index 4: 6 instead of 5" in kernel_checks.compare(wrong, reference).detail
+    matrix = torch.ones(3, 4)
+    matrix[1, 2] = 7
+    assert "row 1, column 2" in kernel_checks.compare(matrix, torch.ones(3, 4)).detail
+    with pytest.raises(ValueError, match="^actual: shape"):
+        kernel_checks.compare(torch.ones(3), torch.ones(4))
+
+
+def test_guard_zone_sees_a_write_past_the_end():
+    generator = torch.Generator().manual_seed(1)
+    vector = kernel_checks.guarded(torch.zeros(5), 3, generator)
+    assert vector.buffer.shape == (8,) and vector.guard_intact()
+    vector.buffer[6] = 0
+    assert not vector.guard_intact()
+    with pytest.raises(ValueError, match="^guard:"):
+        kernel_checks.guarded(torch.zeros(5), (1, 2), generator)
+
+
+def test_diagnosis_hint_and_validation():
+    diagnosis = Diagnosis("out of bounds", "a thread wrote past the end")
+    assert diagnosis.hint({"out of bounds": "check i < n"}) == "a thread wrote past the end. check i < n"
+    assert diagnosis.hint({}) == "a thread wrote past the end" and not diagnosis.ok
+    with pytest.raises(ValueError, match="^problem:"):
+        Diagnosis("strange", "")
+
+
+def test_safely_first_failure_and_grade(capsys):
+    def boom():
+        raise KeyError("x")
+
+    assert kernel_checks.safely(boom) == Diagnosis("error", "KeyError: 'x'")
+    good, bad = Diagnosis("ok", "fine"), Diagnosis("unwritten", "none of the 3 elements was written")
+    assert kernel_checks.first_failure([lambda: good, lambda: bad, boom]) == bad
+    assert kernel_checks.first_failure([lambda: good]) == good
+    assert kernel_checks.first_failure([]).problem == "error"
+    only = kernel_checks.compare(torch.tensor([math.nan]), torch.ones(1))
+    assert only == Diagnosis("unwritten", "the only element was never written")
+    grader = checks.Grader(strict=False)
+    assert not kernel_checks.grade(grader, "demo", bad, {"unwritten": "launch it"})
+    assert kernel_checks.grade(grader, "demo ok", good, {})
+    text = capsys.readouterr().out
+    assert "NOT YET  demo\n   hint: none of the 3 elements was written. launch it" in text and "PASS  demo ok" in text
+    with pytest.raises(checks.CheckFailed):
+        kernel_checks.grade(checks.Grader(strict=True), "strict", bad, {})
