@@ -170,10 +170,12 @@ def test_stencil_right_kernel_passes():
 
 def test_stencil_mistakes_are_named():
     race = kernel_checks.diagnose_stencil(make_stencil(False, True, 0), 2 * BLOCK, BLOCK)
-    if not kernels.on_gpu():  # on a GPU a block of 32 threads is one warp, which runs in step: no race shows
-        assert race.problem == "race" and "match no window" in race.detail
     halo = kernel_checks.diagnose_stencil(make_stencil(True, False, 0), 2 * BLOCK, BLOCK)
-    assert halo.problem == "race" and "halo" in halo.detail
+    # On a GPU neither mistake shows reliably: a block of 32 threads is one warp, which runs in step
+    # (no race), and shared memory that a kernel forgot to fill may still hold a previous launch's halo.
+    if not kernels.on_gpu():
+        assert race.problem == "race" and "match no window" in race.detail
+        assert halo.problem == "race" and "halo" in halo.detail
     shifted = kernel_checks.diagnose_stencil(make_stencil(True, True, -RADIUS), 2 * BLOCK, BLOCK)
     assert shifted.problem == "shifted window" and "i -3" in shifted.detail
 
