@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from gpulab import checks, kernels
+from gpulab.memory import stencil_reference
+from gpulab.threads import blocks_for
 
 PROBLEMS = ("ok", "error", "out of bounds", "unwritten", "unwritten tail", "index order", "wrong values",
             "shifted window", "race")
@@ -219,13 +221,6 @@ def _checked(output: Guarded, reference: torch.Tensor, unchanged: torch.Tensor |
     return compare(output.view, reference, unchanged)
 
 
-def blocks_for(n: int, threads_per_block: int) -> int:
-    """The number of blocks of ``threads_per_block`` threads that covers ``n`` elements: ceil(n / M)."""
-    if n < 1 or threads_per_block < 1:
-        raise ValueError(f"n and threads_per_block: both >= 1, got {n} and {threads_per_block}")
-    return (n + threads_per_block - 1) // threads_per_block
-
-
 def diagnose_saxpy(call: Callable[[float, object, object], object], n: int, seed: int = 0) -> Diagnosis:
     """Run ``call(a, x, y)`` on fresh x and y of ``n`` float32 elements; it must leave a * x + y in y.
 
@@ -337,11 +332,6 @@ def diagnose_scale_add_row(kernel, rows: int, cols: int, threads: tuple[int, int
             return Diagnosis("index order", f"{diagnosis.detail}; and on a {side} x {side} matrix that the grid "
                                             f"covers exactly, {probe.detail}")
     return diagnosis
-
-
-def stencil_reference(inp: torch.Tensor, radius: int) -> torch.Tensor:
-    """``out[i] = inp[i] + ... + inp[i + 2 radius]`` for the n = len(inp) - 2 radius outputs, in float64."""
-    return inp.double().unfold(0, 2 * radius + 1, 1).sum(dim=1)
 
 
 def diagnose_stencil(kernel, n: int, block_size: int, radius: int = 3, seed: int = 0) -> Diagnosis:

@@ -32,14 +32,9 @@ STENCIL_RADIUS, STENCIL_BLOCK = 3, 256  # as in 10_stencil_1d.cu
 TILE, BLOCK_ROWS = 32, 8  # as in 11-14
 
 
-def _needs_gpu(what: str) -> None:
-    if not kernels.on_gpu():
-        raise ValueError(f"{what}: times kernels, which needs a CUDA GPU; this run uses the simulator")
-
-
 def memory_sizes() -> list[dict]:
     """The memory spaces of this GPU with their sizes, as its driver reports them (and the spec table's L1)."""
-    _needs_gpu("memory_sizes")
+    kernels.require_gpu("memory_sizes")
     props = torch.cuda.get_device_properties(env.device())
     sms = props.multi_processor_count
     row = specs.present()
@@ -72,7 +67,7 @@ def coalescing(n: int, strides: Sequence[int]) -> list[dict]:
     ``predicted_gbytes_per_s`` scales the stride-1 rate by useful bytes over bytes moved in sectors.
     """
     n, strides = positive_int("n", n), positive_ints("strides", strides)
-    _needs_gpu("coalescing")
+    kernels.require_gpu("coalescing")
     device = env.device()
     fits_in_memory("n", 4 * n * (max(strides) + 1), device)
     source = random_tensor((n * max(strides),), torch.float32, device)
@@ -93,9 +88,9 @@ def coalescing(n: int, strides: Sequence[int]) -> list[dict]:
     return rows
 
 
-def _stencil_reference(values: torch.Tensor) -> torch.Tensor:
-    width = 2 * STENCIL_RADIUS + 1
-    return values.double().unfold(0, width, 1).sum(dim=1)
+def stencil_reference(values: torch.Tensor, radius: int = STENCIL_RADIUS) -> torch.Tensor:
+    """``out[i] = values[i] + ... + values[i + 2 radius]`` for the len(values) - 2 radius outputs, in float64."""
+    return values.double().unfold(0, 2 * radius + 1, 1).sum(dim=1)
 
 
 def stencil(n: int, trials: int = 3) -> list[dict]:
@@ -123,7 +118,7 @@ def stencil(n: int, trials: int = 3) -> list[dict]:
                 numba_kernels.stencil_1d[blocks, STENCIL_BLOCK](kernels.device_array(values),
                                                                 kernels.device_array(out), use_barrier)
             kernels.synchronize()
-            expected = _stencil_reference(values)
+            expected = stencil_reference(values)
             wrong = ~torch.isclose(out.double(), expected, rtol=1e-5, atol=1e-5)
             if use_barrier:
                 check_close(out, expected, 1e-6, "stencil_1d with its barrier")
@@ -158,7 +153,7 @@ def transpose(n: int = 16384) -> list[dict]:
     n = positive_int("n", n)
     if n % TILE:
         raise ValueError(f"n: a multiple of the tile width {TILE}, got {n}")
-    _needs_gpu("transpose")
+    kernels.require_gpu("transpose")
     device = env.device()
     fits_in_memory("n", 2 * 4 * n * n, device)
     a = random_tensor((n, n), torch.float32, device)
@@ -197,7 +192,7 @@ def bytes_in_flight(nbytes: int, blocks_per_sm: Sequence[float], loads: Sequence
         raise ValueError(f"loads: at most 8 (MAX_LOADS in 15_copy_in_flight.cu), got {max(loads)}")
     if any(b <= 0 for b in blocks_per_sm):
         raise ValueError(f"blocks_per_sm: positive numbers, got {list(blocks_per_sm)}")
-    _needs_gpu("bytes_in_flight")
+    kernels.require_gpu("bytes_in_flight")
     device = env.device()
     fits_in_memory("nbytes", 2 * nbytes, device)
     info = env.describe()

@@ -25,7 +25,8 @@ SIMULATOR_MAX_THREADS = 4096  # the simulator runs a Python thread per CUDA thre
 
 def blocks_for(n: int, threads_per_block: int) -> int:
     """The course's ``(N + M - 1) / M``: the fewest blocks of M threads that cover N elements."""
-    n, threads_per_block = positive_int("n", n), positive_int("threads_per_block", threads_per_block)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (n, threads_per_block)):
+        raise ValueError(f"n and threads_per_block: both ints >= 1, got {n!r} and {threads_per_block!r}")
     return (n + threads_per_block - 1) // threads_per_block
 
 
@@ -137,11 +138,6 @@ def grid_2d(grid: tuple[int, int] = (3, 2), block: tuple[int, int] = (4, 3)) -> 
             for i in range(rows) for j in range(cols)]
 
 
-def _needs_gpu(what: str) -> None:
-    if not kernels.on_gpu():
-        raise ValueError(f"{what}: times kernels, which needs a CUDA GPU; this run uses the simulator")
-
-
 def _divergence_reference(x: torch.Tensor, iterations: int, group: int, threads_per_block: int) -> torch.Tensor:
     v = x.double().clone()
     first = ((torch.arange(x.numel(), device=x.device) % threads_per_block) // group) % 2 == 0
@@ -158,7 +154,7 @@ def divergence(group_widths: Sequence[int], n: int = 2**22, iterations: int = 20
     a warp runs (1 or 2) and the time relative to the widest group.
     """
     groups = positive_ints("group_widths", group_widths)
-    _needs_gpu("divergence")
+    kernels.require_gpu("divergence")
     device = kernels.device()
     fits_in_memory("n", 2 * 4 * n, device)
     blocks = blocks_for(n, threads_per_block)
@@ -195,7 +191,7 @@ def launch_configuration(n: int, threads_per_block: Sequence[int], elements_per_
     n = positive_int("n", n)
     sizes, counts = positive_ints("threads_per_block", threads_per_block), positive_ints("elements_per_thread",
                                                                                           elements_per_thread)
-    _needs_gpu("launch_configuration")
+    kernels.require_gpu("launch_configuration")
     device = kernels.device()
     fits_in_memory("n", 3 * 4 * n, device)
     info = env.describe()
@@ -229,7 +225,7 @@ def saxpy_vs_copy(n: int = 2**28, a: float = 2.0) -> list[dict]:
     ``fraction_of_copy`` is each kernel's bandwidth over the copy's.
     """
     n = positive_int("n", n)
-    _needs_gpu("saxpy_vs_copy")
+    kernels.require_gpu("saxpy_vs_copy")
     device = kernels.device()
     fits_in_memory("n", 6 * 4 * n, device)
     sms = env.describe().multiprocessors

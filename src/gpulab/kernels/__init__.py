@@ -90,6 +90,12 @@ def numba_cuda():
     return cuda
 
 
+def require_gpu(what: str) -> None:
+    """Raise a ValueError naming ``what`` unless kernels run on a GPU: a simulator's time says nothing about one."""
+    if not on_gpu():
+        raise ValueError(f"{what}: times kernels, which needs a CUDA GPU; this run uses the simulator")
+
+
 def device() -> torch.device:
     """Where a kernel's data lives: the GPU, or the CPU under the simulator (even on a GPU machine)."""
     return env.device() if on_gpu() else torch.device("cpu")
