@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from gpulab import checks, kernels
+from gpulab.correctness import poisoned
 from gpulab.memory import stencil_reference
 from gpulab.threads import blocks_for
 
@@ -270,7 +271,7 @@ def _run_matrix(kernel, rows: int, cols: int, threads: tuple[int, int], blocks: 
     # The guard leaves room for any (row, col) the grid reaches, in either order: on a GPU a kernel that
     # swaps them, or checks no bounds, writes into the guard instead of into someone else's memory.
     inp = guarded(fresh((rows, cols), generator), (extent, extent), generator).view
-    out = guarded(torch.full((rows, cols), math.nan, device=inp.device), (extent, extent), generator)
+    out = guarded(poisoned((rows, cols), torch.float32, inp.device), (extent, extent), generator)
     failure = launch(lambda: kernel[blocks, threads](kernels.device_array(inp), kernels.device_array(out.view),
                                                      scale))
     if failure:
@@ -345,7 +346,7 @@ def diagnose_stencil(kernel, n: int, block_size: int, radius: int = 3, seed: int
         raise ValueError(f"n, block_size, radius: n, block_size >= 1 and radius >= 0, got {n}, {block_size}, {radius}")
     generator = _generator(seed)
     inp = guarded(fresh((n + 2 * radius,), generator), GUARD, generator)
-    out = guarded(torch.full((n,), math.nan, device=inp.view.device), GUARD, generator)
+    out = guarded(poisoned((n,), torch.float32, inp.view.device), GUARD, generator)
     failure = launch(lambda: kernel[blocks_for(n, block_size), block_size](
         kernels.device_array(inp.view), kernels.device_array(out.view), n))
     if failure:
