@@ -7,12 +7,16 @@ Kernels are declared ``extern "C"`` so that their names survive compilation unma
   and returns what the assembler reports per kernel: registers per thread, shared memory, spills.
   CI calls it on every file, so a kernel that no longer compiles fails the tests on a CPU.
 - :func:`launch` runs a kernel on the GPU through CuPy, taking torch tensors as arguments.
+
+A file may leave constants to the compiler's command line (``#ifndef BM / #define BM 128``): every
+function here takes ``defines={"BM": 64}``, which compiles the file with ``-DBM=64``, so that a sweep
+can try variants of one kernel.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -123,7 +127,24 @@ def parse_resources(log: str) -> dict[str, Resources]:
     return found
 
 
-def compile_report(name: str, arch: str | None = None) -> CompileReport:
+Defines = tuple[tuple[str, int], ...]  # the hashable form of a ``defines`` mapping
+
+
+def _defines(defines: Mapping[str, int] | None) -> Defines:
+    items = tuple(sorted((defines or {}).items()))
+    for key, value in items:
+        if not (isinstance(key, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", key)):
+            raise ValueError(f"defines: macro names are upper-case C identifiers, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"defines: {key} must be an int, got {value!r}")
+    return items
+
+
+def _options(defines: Defines) -> tuple[str, ...]:
+    return (*OPTIONS, *(f"-D{key}={value}" for key, value in defines))
+
+
+def compile_report(name: str, arch: str | None = None, defines: Mapping[str, int] | None = None) -> CompileReport:
     """Compile kernel file ``name`` with NVRTC for ``arch`` (default: this GPU's, else sm_90); raise CompileError.
 
     No GPU is needed: NVRTC is a library that turns CUDA C into machine code for a named architecture.
@@ -134,15 +155,16 @@ def compile_report(name: str, arch: str | None = None) -> CompileReport:
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise ValueError(f"arch: like 'sm_90', got {arch!r}")
     file = path(name)
-    return _compiled(file, file.read_text(), arch)
+    return _compiled(file, file.read_text(), arch, _defines(defines))
 
 
 @cache
-def _compiled(file: Path, text: str, arch: str) -> CompileReport:
+def _compiled(file: Path, text: str, arch: str, defines: Defines = ()) -> CompileReport:
     nvrtc = _nvrtc()
     program = _checked(nvrtc.nvrtcCreateProgram(text.encode(), file.name.encode(), 0, [], []), "create")
     try:
-        options = [*(o.encode() for o in OPTIONS), f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+        options = [*(o.encode() for o in _options(defines)), f"--gpu-architecture={arch}".encode(),
+                   b"--ptxas-options=-v"]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         size = _checked(nvrtc.nvrtcGetProgramLogSize(program), "log size")
         # A fresh, writable buffer: NVRTC writes the log into it. (b" " * size would not do: for an
@@ -151,7 +173,8 @@ def _compiled(file: Path, text: str, arch: str) -> CompileReport:
         _checked(nvrtc.nvrtcGetProgramLog(program, log), "log")
         log_text = bytes(log).decode(errors="replace").rstrip("\x00 \n")
         if int(status) != 0:
-            raise CompileError(f"{file.name} does not compile for {arch}:\n{log_text}")
+            flags = " ".join(_options(defines)[len(OPTIONS):])
+            raise CompileError(f"{file.name} {flags} does not compile for {arch}:\n{log_text}".replace("  ", " "))
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     resources = parse_resources(log_text)
@@ -160,7 +183,7 @@ def _compiled(file: Path, text: str, arch: str) -> CompileReport:
         # NVRTC 13.0 was seen to leave the assembler's report out of the log inside a notebook on a
         # GPU; the compiled kernel's own attributes, from the driver, say the same things.
         for kernel in missing:
-            attributes = function(file.stem, kernel).attributes
+            attributes = function(file.stem, kernel, dict(defines)).attributes
             resources[kernel] = Resources(kernel, attributes["num_regs"], attributes["shared_size_bytes"],
                                           attributes["local_size_bytes"], 0, 0)
         missing = []
@@ -171,7 +194,8 @@ def _compiled(file: Path, text: str, arch: str) -> CompileReport:
 
 def entry_points(text: str) -> list[str]:
     """The names of the ``extern "C" __global__`` kernels defined in CUDA C source ``text``."""
-    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', text)
+    launch_bounds = r'(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?'
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+' + launch_bounds + r'(\w+)\s*\(', text)
 
 
 def _cupy():
@@ -184,17 +208,17 @@ def _cupy():
 
 
 @cache
-def _module(name: str):
-    return _cupy().RawModule(code=source(name), options=OPTIONS)
+def _module(name: str, defines: Defines = ()):
+    return _cupy().RawModule(code=source(name), options=_options(defines))
 
 
-def function(name: str, kernel: str):
-    """The CuPy kernel ``kernel`` of file ``name``, compiled for this GPU (once; later calls reuse it)."""
+def function(name: str, kernel: str, defines: Mapping[str, int] | None = None):
+    """The CuPy kernel ``kernel`` of file ``name``, compiled for this GPU once per ``defines``, then reused."""
     if not kernels.on_gpu():
         raise ValueError(
             f"{name}: CUDA C kernels launch only on a GPU, and this run uses numba's simulator; "
             "compile_report() checks that they compile")
-    module = _module(path(name).stem)
+    module = _module(path(name).stem, _defines(defines))
     try:
         return module.get_function(kernel)
     except Exception as error:  # CuPy raises its driver's error type for an unknown name
@@ -227,7 +251,7 @@ def _dim3(value: int | tuple[int, ...], what: str) -> tuple[int, ...]:
 
 
 def prepared(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
-             shared_bytes: int = 0) -> Callable[[], None]:
+             shared_bytes: int = 0, defines: Mapping[str, int] | None = None) -> Callable[[], None]:
     """A function that launches ``kernel<<<grid, block, shared_bytes>>>(*args)`` of file ``name`` on the GPU.
 
     Tensors pass as device pointers; Python ints as C ``int``, floats as C ``float``; NumPy scalars
@@ -237,7 +261,7 @@ def prepared(name: str, kernel: str, grid: int | tuple[int, ...], block: int | t
     grid, block = _dim3(grid, "grid"), _dim3(block, "block")
     if np.prod(block) > 1024:
         raise ValueError(f"block: at most 1024 threads per block, got {int(np.prod(block))}")
-    function_ = function(name, kernel)
+    function_ = function(name, kernel, defines)
     converted = tuple(_argument(a, i) for i, a in enumerate(args))
 
     def run() -> None:
@@ -247,14 +271,14 @@ def prepared(name: str, kernel: str, grid: int | tuple[int, ...], block: int | t
 
 
 def launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
-           shared_bytes: int = 0) -> None:
+           shared_bytes: int = 0, defines: Mapping[str, int] | None = None) -> None:
     """Launch ``kernel<<<grid, block, shared_bytes>>>(*args)`` of file ``name`` on the GPU (asynchronously)."""
-    prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes)()
+    prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes, defines=defines)()
 
 
 def time_launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
-                shared_bytes: int = 0) -> timing.Timing:
+                shared_bytes: int = 0, defines: Mapping[str, int] | None = None) -> timing.Timing:
     """Time repeated launches with :func:`gpulab.timing.measure` (CUDA events; L2 not flushed: the kernels
     of the book that are timed this way stream far more data than L2 holds, or compute from registers)."""
-    run = prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes)
+    run = prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes, defines=defines)
     return timing.measure(run, device=env.device(), flush_l2=False)

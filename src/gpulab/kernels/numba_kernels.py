@@ -80,3 +80,38 @@ def stencil_1d(values, out, use_barrier):
         for offset in range(2 * RADIUS + 1):
             total += window[cuda.threadIdx.x + offset]
         out[i] = total
+
+
+TILE = 16  # the side of the square tiles of matmul_tiled: 16 x 16 threads per block
+
+
+@cuda.jit
+def matmul_naive(A, B, C):
+    """17_sgemm_coalesced.cu: one thread per element of C = A @ B, reading a row of A and a column of B."""
+    row = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+    col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x  # x runs along a row of C: coalesced
+    if row < C.shape[0] and col < C.shape[1]:
+        total = np.float32(0)
+        for k in range(A.shape[1]):
+            total += A[row, k] * B[k, col]
+        C[row, col] = total
+
+
+@cuda.jit
+def matmul_tiled(A, B, C):
+    """18_sgemm_shared.cu, for sizes that are multiples of TILE: a block stages TILE x TILE tiles of A
+    and B in shared memory, and each element it loads is used TILE times."""
+    a_tile = cuda.shared.array((TILE, TILE), dtype=np.float32)
+    b_tile = cuda.shared.array((TILE, TILE), dtype=np.float32)
+    ty, tx = cuda.threadIdx.y, cuda.threadIdx.x
+    row = cuda.blockIdx.y * TILE + ty
+    col = cuda.blockIdx.x * TILE + tx
+    total = np.float32(0)
+    for step in range(A.shape[1] // TILE):
+        a_tile[ty, tx] = A[row, step * TILE + tx]  # each thread loads one element of each tile
+        b_tile[ty, tx] = B[step * TILE + ty, col]
+        cuda.syncthreads()  # the tiles are complete before anyone reads them
+        for k in range(TILE):
+            total += a_tile[ty, k] * b_tile[k, tx]
+        cuda.syncthreads()  # everyone is done with the tiles before they are overwritten
+    C[row, col] = total

@@ -1,0 +1,272 @@
+"""The experiments of the chapter "GEMM on the GPU": a worklog of SGEMM kernels, and quantization.
+
+The worklog is eight CUDA C kernels, ``16_sgemm_naive.cu`` to ``23_sgemm_double_buffered.cu``, each one
+step from the last (:data:`STEPS`). Every one computes ``C = A @ B`` for row-major float32 matrices and
+is checked against cuBLAS's answer on fresh random data before it is timed.
+
+- :func:`sgemm` runs one step on torch tensors; :func:`worklog` checks and times every step at one size
+  beside cuBLAS (TF32 off), with what the compiler reports about each kernel (registers, shared memory,
+  resident blocks) and what the tiling implies (:func:`traffic`: loads per multiply-add);
+- :func:`tuning` times variants of the last step, compiled with other tile sizes;
+- :func:`size_sweep` measures the best kernel and cuBLAS over a range of sizes, where the tile and
+  wave model of :func:`gpulab.mlp.tile_waves` predicts steps (tile and wave quantization).
+
+CUDA C needs a GPU; in the simulator the chapter runs the numba twins of steps 2 and 3
+(:mod:`gpulab.kernels.numba_kernels`) instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gpulab import env, flops, kernels, occupancy, specs, timing
+from gpulab.correctness import check_close, poisoned, random_tensor
+from gpulab.kernels import cuda_c
+from gpulab.mlp import tile_waves
+from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.sweep import run_sweep
+from gpulab.validation import fits_in_memory, positive_int, positive_ints
+
+INT32_MAX = 2**31 - 1  # the kernels index with C ints
+LANES = (8, 4)  # steps 7 and 8: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
+DOUBLE_BUFFERED = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 23's defaults
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel of the worklog: its file, how it is launched, and the tiling it implements."""
+
+    file: str  # "16_sgemm_naive"
+    kernel: str
+    label: str
+    tile: tuple[int, int]  # rows x columns of C per block
+    threads: tuple[int, ...]  # the block's shape
+    thread_tile: tuple[int, int] = (1, 1)  # rows x columns of C per thread
+    depth: int = 1  # BK: the slice of K staged in shared memory per step (1: no shared memory)
+    rows_on_x: bool = False  # step 1 maps threadIdx.x to rows of C
+    float4: bool = False  # 16-byte loads: N and K must be multiples of 4
+    shared_loads_per_k: int = 0  # shared-memory load instructions a thread issues per k
+    defines: tuple[tuple[str, int], ...] = field(default=())
+
+    @property
+    def number(self) -> int:
+        return int(self.file[:2]) - 15
+
+    def grid(self, m: int, n: int) -> tuple[int, int]:
+        """Blocks along x and y for an M x N output."""
+        rows, cols = math.ceil(m / self.tile[0]), math.ceil(n / self.tile[1])
+        return (rows, cols) if self.rows_on_x else (cols, rows)
+
+
+STEPS = (
+    Step("16_sgemm_naive", "sgemm_naive", "naive", (32, 32), (32, 32), rows_on_x=True),
+    Step("17_sgemm_coalesced", "sgemm_coalesced", "coalesced", (32, 32), (32, 32)),
+    Step("18_sgemm_shared", "sgemm_shared", "shared-memory tiles", (32, 32), (32, 32), depth=32,
+         shared_loads_per_k=2),
+    Step("19_sgemm_1d_blocking", "sgemm_1d_blocking", "1D register blocking", (64, 64), (512,), (8, 1), depth=8,
+         shared_loads_per_k=9),
+    Step("20_sgemm_2d_blocking", "sgemm_2d_blocking", "2D register blocking", (128, 128), (256,), (8, 8), depth=8,
+         shared_loads_per_k=16),
+    Step("21_sgemm_vectorized", "sgemm_vectorized", "vectorised loads", (128, 128), (256,), (8, 8), depth=8,
+         float4=True, shared_loads_per_k=4),
+    Step("22_sgemm_warp_tiled", "sgemm_warp_tiled", "warp tiling", (128, 128), (256,), (8, 8), depth=8,
+         float4=True, shared_loads_per_k=4),
+)
+
+
+def double_buffered(**defines: int) -> Step:
+    """Step 8 (23_sgemm_double_buffered.cu) compiled with ``defines`` in place of its default tile sizes."""
+    unknown = set(defines) - set(DOUBLE_BUFFERED)
+    if unknown:
+        raise ValueError(f"defines: 23_sgemm_double_buffered.cu has {', '.join(DOUBLE_BUFFERED)}; "
+                         f"got {sorted(unknown)}")
+    d = {**DOUBLE_BUFFERED, **{k: positive_int(k, v) for k, v in defines.items()}}
+    lanes_m, lanes_n = LANES
+    if d["BM"] % d["WM"] or d["BN"] % d["WN"] or d["WM"] % (4 * lanes_m) or d["WN"] % (4 * lanes_n):
+        raise ValueError(f"defines: the warp tile WM x WN must divide the block tile BM x BN, and be a multiple of "
+                         f"{4 * lanes_m} x {4 * lanes_n}; got {d}")
+    threads = 32 * (d["BM"] // d["WM"]) * (d["BN"] // d["WN"])
+    if threads > 1024 or d["BK"] % 4 or (d["BM"] * d["BK"] // 4) % threads or (d["BK"] * d["BN"] // 4) % threads:
+        raise ValueError(f"defines: {threads} threads must load whole float4s of the BM x BK and BK x BN tiles; "
+                         f"got {d}")
+    thread_tile = (d["WM"] // lanes_m, d["WN"] // lanes_n)
+    changed = tuple(sorted((k, v) for k, v in d.items() if v != DOUBLE_BUFFERED[k]))
+    label = "double buffering" + ("" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed) + ")")
+    return Step("23_sgemm_double_buffered", "sgemm_double_buffered", label, (d["BM"], d["BN"]), (threads,),
+                thread_tile, depth=d["BK"], float4=True, shared_loads_per_k=sum(thread_tile) // 4, defines=changed)
+
+
+STEPS = (*STEPS, double_buffered())
+BEST = STEPS[-1]
+
+
+def step(number_or_file: int | str) -> Step:
+    """A step of the worklog by its number (1-8) or its file name."""
+    for s in STEPS:
+        if number_or_file in (s.number, s.file, f"{s.file}.cu"):
+            return s
+    raise ValueError(f"step: 1 to {len(STEPS)} or a file name like {STEPS[0].file!r}; got {number_or_file!r}")
+
+
+def traffic(s: Step) -> dict:
+    """What the tiling of step ``s`` implies per multiply-add (FMA), before any cache helps.
+
+    - ``global_floats_per_fma``: floats a block loads from global memory per FMA it computes: 2 with no
+      reuse; (1/BN + 1/BM) when a BM x BN tile of C shares each loaded row of A and column of B;
+    - ``shared_loads_per_fma``: shared-memory load instructions a thread issues per FMA.
+    """
+    global_floats = 2.0 if s.depth == 1 else 1 / s.tile[0] + 1 / s.tile[1]
+    outputs = s.thread_tile[0] * s.thread_tile[1]
+    return {"global_floats_per_fma": global_floats, "shared_loads_per_fma": s.shared_loads_per_k / outputs}
+
+
+def _check_operands(s: Step, A: torch.Tensor, B: torch.Tensor) -> tuple[int, int, int]:
+    for name, t in (("A", A), ("B", B)):
+        if t.dtype != torch.float32 or t.dim() != 2 or not t.is_contiguous() or t.device.type != "cuda":
+            raise ValueError(f"{name}: a contiguous 2D float32 CUDA tensor, got {t.dtype} {tuple(t.shape)} "
+                             f"on {t.device}")
+    (m, k), (k2, n) = A.shape, B.shape
+    if k != k2:
+        raise ValueError(f"B: A is {m} x {k}, so B needs {k} rows; it has {k2}")
+    if max(m * k, k * n, m * n) > INT32_MAX:
+        raise ValueError(f"A, B: the kernels index with 32-bit ints; {m} x {k} @ {k} x {n} has too many elements")
+    if s.float4 and (n % 4 or k % 4):
+        raise ValueError(f"B: step {s.number} ({s.label}) loads 16 bytes at a time, so N and K must be multiples "
+                         f"of 4; got N = {n}, K = {k}")
+    return m, n, k
+
+
+def prepared(s: Step, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    """A function that runs step ``s`` to compute ``C = A @ B`` (arguments checked once, here)."""
+    m, n, k = _check_operands(s, A, B)
+    if C.shape != (m, n) or C.dtype != torch.float32 or not C.is_contiguous():
+        raise ValueError(f"C: a contiguous float32 tensor of {m} x {n}, got {C.dtype} {tuple(C.shape)}")
+    return cuda_c.prepared(s.file, s.kernel, s.grid(m, n), s.threads, A, B, C, m, n, k, defines=dict(s.defines))
+
+
+def sgemm(s: Step | int, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B`` computed by step ``s`` of the worklog (a Step or its number), into a fresh tensor."""
+    s = s if isinstance(s, Step) else step(s)
+    kernels.require_gpu(f"step {s.number} ({s.file}.cu)")
+    C = poisoned((A.shape[0], B.shape[1]), torch.float32, A.device)
+    prepared(s, A, B, C)()
+    return C
+
+
+def check(s: Step, m: int, n: int, k: int, device: torch.device) -> float:
+    """Relative error of step ``s`` against float64 on fresh random M x K and K x N operands; raises above
+    float32's matmul tolerance."""
+    A, B = random_tensor((m, k), torch.float32, device), random_tensor((k, n), torch.float32, device)
+    C = sgemm(s, A, B)
+    return check_close(C, A.double() @ B.double(), MATMUL_TOLERANCE["float32"], f"step {s.number} ({s.label})")
+
+
+def resources(s: Step) -> dict:
+    """Registers per thread, shared memory per block and spills (from the compiler), and the resident
+    blocks per SM they allow (:func:`gpulab.occupancy.theoretical`) on this GPU, or on an H100 without one."""
+    report = cuda_c.compile_report(s.file, defines=dict(s.defines)).resources[s.kernel]
+    capability = env.describe().compute_capability if kernels.on_gpu() else "9.0"
+    threads = math.prod(s.threads)
+    resident = occupancy.theoretical(threads, report.registers, report.shared_bytes, occupancy.limits(capability))
+    return {"registers": report.registers, "shared_bytes": report.shared_bytes,
+            "spill_bytes": report.spill_stores_bytes + report.spill_loads_bytes, "threads": threads,
+            "blocks_per_sm": resident.blocks_per_sm, "occupancy": resident.fraction,
+            "occupancy_limited_by": resident.limited_by}
+
+
+def _fp32_peak_tflops() -> float | None:
+    row = specs.present()
+    return specs.peak(row, "float32", "CUDA cores").tflops if row else None
+
+
+def _measure(run, m: int, n: int, k: int, device: torch.device) -> dict:
+    t = timing.measure(run, device=device, flush_l2=False)
+    return {"seconds": t.median_s, "spread": t.spread, "tflops": flops.gemm(m, n, k) / t.median_s / 1e12}
+
+
+def _cublas(m: int, n: int, k: int, device: torch.device) -> dict:
+    A, B = random_tensor((m, k), torch.float32, device), random_tensor((k, n), torch.float32, device)
+    C = poisoned((m, n), torch.float32, device)
+    with matmul_mode("float32"):  # TF32 off: cuBLAS on the same CUDA cores as the kernels
+        torch.mm(A, B, out=C)
+        error = check_close(C, A.double() @ B.double(), MATMUL_TOLERANCE["float32"], "cuBLAS")
+        return {**_measure(lambda: torch.mm(A, B, out=C), m, n, k, device), "relative_error": error}
+
+
+def _kernel(s: Step, m: int, n: int, k: int, device: torch.device) -> dict:
+    error = check(s, m, n, k, device)
+    A, B = random_tensor((m, k), torch.float32, device), random_tensor((k, n), torch.float32, device)
+    C = poisoned((m, n), torch.float32, device)
+    return {**_measure(prepared(s, A, B, C), m, n, k, device), "relative_error": error}
+
+
+def worklog(n: int = 4096, steps: Sequence[Step] = STEPS,
+            check_size: tuple[int, int, int] = (1000, 1204, 772)) -> list[dict]:
+    """Check and time every step at ``n`` x ``n`` x ``n`` beside cuBLAS (TF32 off), one row each.
+
+    Each step is first checked at ``check_size`` (M, N, K: not multiples of any tile, so that the edges
+    are exercised), then at the timed size. Rows carry the compiler's resources and :func:`traffic`.
+    """
+    n = positive_int("n", n)
+    check_m, check_n, check_k = positive_ints("check_size", check_size)
+    kernels.require_gpu("worklog")
+    device = env.device()
+    fits_in_memory("n", 2 * 3 * 4 * n * n, device)  # the operands, and the check's float64 copies
+    cublas = {"step": 0, "file": "cuBLAS", "label": "cuBLAS", **_cublas(n, n, n, device)}
+    peak = _fp32_peak_tflops()
+    rows = []
+    for s in steps:
+        check(s, check_m, check_n - check_n % 4, check_k - check_k % 4, device)
+        rows.append({"step": s.number, "file": s.file, "label": s.label, "tile": f"{s.tile[0]}x{s.tile[1]}",
+                     "thread_tile": f"{s.thread_tile[0]}x{s.thread_tile[1]}", "depth": s.depth,
+                     **_kernel(s, n, n, n, device), **resources(s), **traffic(s)})
+    rows.append(cublas)
+    for row in rows:
+        row.update(n=n, fraction_of_cublas=row["tflops"] / cublas["tflops"],
+                   fraction_of_peak=row["tflops"] / peak if peak else None)
+    return rows
+
+
+def tuning(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)) -> list[dict]:
+    """Step 8 compiled with each of ``variants`` (tile sizes, see :func:`double_buffered`): checked, timed at n^3."""
+    n = positive_int("n", n)
+    kernels.require_gpu("tuning")
+    device = env.device()
+    fits_in_memory("n", 2 * 3 * 4 * n * n, device)
+    rows = []
+    for defines in variants:
+        s = double_buffered(**defines)
+        d = {**DOUBLE_BUFFERED, **defines}
+        rows.append({**d, "label": s.label, "thread_tile": f"{s.thread_tile[0]}x{s.thread_tile[1]}",
+                     **_kernel(s, n, n, n, device), **resources(s), **traffic(s)})
+    return rows
+
+
+def size_sweep(ms: Sequence[int], ns: Sequence[int], k: int, s: Step = BEST) -> list[dict]:
+    """Step ``s`` and cuBLAS (TF32 off) at every (M, N) of ``zip(ms, ns)`` with depth ``k``; each row also
+    carries the tile and wave model of step ``s``'s tile on this GPU's SMs (its resident blocks per SM
+    count as that many slots per SM)."""
+    ms, ns, k = positive_ints("ms", ms), positive_ints("ns", ns), positive_int("k", k)
+    if len(ms) != len(ns):
+        raise ValueError(f"ms, ns: one M per N; got {len(ms)} and {len(ns)}")
+    kernels.require_gpu("size_sweep")
+    device = env.device()
+    fits_in_memory("ms, ns", 4 * (max(ms) * k + k * max(ns) + max(ms) * max(ns)) * 2, device)
+    sms = env.describe().multiprocessors
+    slots = sms * resources(s)["blocks_per_sm"]
+
+    def measure(m: int, n: int) -> dict:
+        model = tile_waves(m, n, s.tile, slots)
+        return {"kernel_tflops": _kernel(s, m, n, k, device)["tflops"],
+                "cublas_tflops": _cublas(m, n, k, device)["tflops"],
+                "tiles": model.tiles, "waves": model.waves, "tile_efficiency": model.tile_efficiency,
+                "wave_efficiency": model.wave_efficiency, "efficiency": model.efficiency}
+
+    rows = run_sweep(measure, [{"m": m, "n": n} for m, n in zip(ms, ns, strict=True)])
+    for row in rows:
+        row.update(k=k, kernel=s.label, tile=f"{s.tile[0]}x{s.tile[1]}", slots=slots, sms=sms)
+    return rows
