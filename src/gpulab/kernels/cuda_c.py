@@ -173,8 +173,8 @@ def _compiled(file: Path, text: str, arch: str, defines: Defines = ()) -> Compil
         _checked(nvrtc.nvrtcGetProgramLog(program, log), "log")
         log_text = bytes(log).decode(errors="replace").rstrip("\x00 \n")
         if int(status) != 0:
-            flags = " ".join(_options(defines)[len(OPTIONS):])
-            raise CompileError(f"{file.name} {flags} does not compile for {arch}:\n{log_text}".replace("  ", " "))
+            what = " ".join((file.name, *_options(defines)[len(OPTIONS):]))
+            raise CompileError(f"{what} does not compile for {arch}:\n{log_text}")
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     resources = parse_resources(log_text)
