@@ -1,13 +1,13 @@
 """The experiments of the chapter "GEMM on the GPU": a worklog of SGEMM kernels, and quantization.
 
-The worklog is eight CUDA C kernels, ``16_sgemm_naive.cu`` to ``23_sgemm_double_buffered.cu``, each one
+The worklog is nine CUDA C kernels, ``16_sgemm_naive.cu`` to ``24_sgemm_prefetched.cu``, each one
 step from the last (:data:`STEPS`). Every one computes ``C = A @ B`` for row-major float32 matrices and
 is checked against cuBLAS's answer on fresh random data before it is timed.
 
 - :func:`sgemm` runs one step on torch tensors; :func:`worklog` checks and times every step at one size
   beside cuBLAS (TF32 off), with what the compiler reports about each kernel (registers, shared memory,
   resident blocks) and what the tiling implies (:func:`traffic`: loads per multiply-add);
-- :func:`tuning` times variants of the last step, compiled with other tile sizes;
+- :func:`tuning` times variants of the last step, compiled with other tile sizes (:func:`prefetched`);
 - :func:`size_sweep` measures the best kernel and cuBLAS over a range of sizes, where the tile and
   wave model of :func:`gpulab.mlp.tile_waves` predicts steps (tile and wave quantization).
 
@@ -21,19 +21,21 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import plotly.graph_objects as go
 import torch
+from plotly.subplots import make_subplots
 
-from gpulab import env, flops, kernels, occupancy, specs, timing
+from gpulab import env, flops, kernels, occupancy, plots, specs, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
 from gpulab.mlp import tile_waves
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
-from gpulab.sweep import run_sweep
+from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
 INT32_MAX = 2**31 - 1  # the kernels index with C ints
 LANES = (8, 4)  # steps 7 and 8: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
-DOUBLE_BUFFERED = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 23's defaults
+TUNABLE = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 24_sgemm_prefetched.cu's defaults
 
 
 @dataclass(frozen=True)
@@ -75,16 +77,17 @@ STEPS = (
          float4=True, shared_loads_per_k=4),
     Step("22_sgemm_warp_tiled", "sgemm_warp_tiled", "warp tiling", (128, 128), (256,), (8, 8), depth=8,
          float4=True, shared_loads_per_k=4),
+    Step("23_sgemm_double_buffered", "sgemm_double_buffered", "double-buffered shared memory", (128, 128), (256,),
+         (8, 8), depth=8, float4=True, shared_loads_per_k=4),
 )
 
 
-def double_buffered(**defines: int) -> Step:
-    """Step 8 (23_sgemm_double_buffered.cu) compiled with ``defines`` in place of its default tile sizes."""
-    unknown = set(defines) - set(DOUBLE_BUFFERED)
+def prefetched(**defines: int) -> Step:
+    """Step 9 (24_sgemm_prefetched.cu) compiled with ``defines`` in place of its default tile sizes."""
+    unknown = set(defines) - set(TUNABLE)
     if unknown:
-        raise ValueError(f"defines: 23_sgemm_double_buffered.cu has {', '.join(DOUBLE_BUFFERED)}; "
-                         f"got {sorted(unknown)}")
-    d = {**DOUBLE_BUFFERED, **{k: positive_int(k, v) for k, v in defines.items()}}
+        raise ValueError(f"defines: 24_sgemm_prefetched.cu has {', '.join(TUNABLE)}; got {sorted(unknown)}")
+    d = {**TUNABLE, **{k: positive_int(k, v) for k, v in defines.items()}}
     lanes_m, lanes_n = LANES
     if d["BM"] % d["WM"] or d["BN"] % d["WN"] or d["WM"] % (4 * lanes_m) or d["WN"] % (4 * lanes_n):
         raise ValueError(f"defines: the warp tile WM x WN must divide the block tile BM x BN, and be a multiple of "
@@ -94,18 +97,18 @@ def double_buffered(**defines: int) -> Step:
         raise ValueError(f"defines: {threads} threads must load whole float4s of the BM x BK and BK x BN tiles; "
                          f"got {d}")
     thread_tile = (d["WM"] // lanes_m, d["WN"] // lanes_n)
-    changed = tuple(sorted((k, v) for k, v in d.items() if v != DOUBLE_BUFFERED[k]))
-    label = "double buffering" + ("" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed) + ")")
-    return Step("23_sgemm_double_buffered", "sgemm_double_buffered", label, (d["BM"], d["BN"]), (threads,),
+    changed = tuple(sorted((k, v) for k, v in d.items() if v != TUNABLE[k]))
+    label = "prefetched fragments" + ("" if not changed else " (" + ", ".join(f"{k}={v}" for k, v in changed) + ")")
+    return Step("24_sgemm_prefetched", "sgemm_prefetched", label, (d["BM"], d["BN"]), (threads,),
                 thread_tile, depth=d["BK"], float4=True, shared_loads_per_k=sum(thread_tile) // 4, defines=changed)
 
 
-STEPS = (*STEPS, double_buffered())
+STEPS = (*STEPS, prefetched())
 BEST = STEPS[-1]
 
 
 def step(number_or_file: int | str) -> Step:
-    """A step of the worklog by its number (1-8) or its file name."""
+    """A step of the worklog by its number (1-9) or its file name."""
     for s in STEPS:
         if number_or_file in (s.number, s.file, f"{s.file}.cu"):
             return s
@@ -185,7 +188,7 @@ def _fp32_peak_tflops() -> float | None:
 
 def _measure(run, m: int, n: int, k: int, device: torch.device) -> dict:
     t = timing.measure(run, device=device, flush_l2=False)
-    return {"seconds": t.median_s, "spread": t.spread, "tflops": flops.gemm(m, n, k) / t.median_s / 1e12}
+    return {"seconds": t.median_s, "spread": t.spread, "tflops": flops.gemm(m, n, k).flops / t.median_s / 1e12}
 
 
 def _cublas(m: int, n: int, k: int, device: torch.device) -> dict:
@@ -232,15 +235,15 @@ def worklog(n: int = 4096, steps: Sequence[Step] = STEPS,
 
 
 def tuning(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)) -> list[dict]:
-    """Step 8 compiled with each of ``variants`` (tile sizes, see :func:`double_buffered`): checked, timed at n^3."""
+    """Step 9 compiled with each of ``variants`` (tile sizes, see :func:`prefetched`): checked, timed at n^3."""
     n = positive_int("n", n)
     kernels.require_gpu("tuning")
     device = env.device()
     fits_in_memory("n", 2 * 3 * 4 * n * n, device)
     rows = []
     for defines in variants:
-        s = double_buffered(**defines)
-        d = {**DOUBLE_BUFFERED, **defines}
+        s = prefetched(**defines)
+        d = {**TUNABLE, **defines}
         rows.append({**d, "label": s.label, "thread_tile": f"{s.thread_tile[0]}x{s.thread_tile[1]}",
                      **_kernel(s, n, n, n, device), **resources(s), **traffic(s)})
     return rows
@@ -270,3 +273,146 @@ def size_sweep(ms: Sequence[int], ns: Sequence[int], k: int, s: Step = BEST) -> 
     for row in rows:
         row.update(k=k, kernel=s.label, tile=f"{s.tile[0]}x{s.tile[1]}", slots=slots, sms=sms)
     return rows
+
+
+def divisibility(rows: Sequence[dict], x: str = "n", multiples: Sequence[int] = (256, 128, 64, 32, 16)) -> list[dict]:
+    """The dimension rules, measured: the rows of a :func:`size_sweep` grouped by the largest of ``multiples``
+    that divides ``row[x]``, with each group's mean rate relative to the sweep's best, kernel and cuBLAS."""
+    rows, multiples = ok_rows(rows), sorted(positive_ints("multiples", multiples), reverse=True)
+    if not rows:
+        raise ValueError("rows: no measurements")
+    best = {key: max(r[key] for r in rows) for key in ("kernel_tflops", "cublas_tflops")}
+    groups: dict[str, list[dict]] = {f"multiple of {d}": [] for d in multiples}  # in this order
+    groups[f"not a multiple of {multiples[-1]}"] = []
+    for r in rows:
+        divisor = next((d for d in multiples if r[x] % d == 0), None)
+        groups.setdefault(f"multiple of {divisor}" if divisor else f"not a multiple of {multiples[-1]}", []).append(r)
+    return [{"sizes": label, "count": len(group),
+             **{f"{key.removesuffix('_tflops')}_relative": sum(r[key] for r in group) / len(group) / best[key]
+                for key in best}}
+            for label, group in groups.items() if group]
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def worklog_figure(rows: Sequence[dict], *, peak_tflops: float | None, title: str) -> go.Figure:
+    """TFLOP/s of each step as bars labelled with their share of cuBLAS; cuBLAS and the FP32 peak as lines."""
+    steps = [r for r in rows if r["step"] > 0]
+    cublas = next(r for r in rows if r["step"] == 0)
+    fig = go.Figure(go.Bar(
+        x=[f"{r['step']}. {r['label']}" for r in steps], y=[r["tflops"] for r in steps],
+        text=[f"{r['fraction_of_cublas']:.0%}" for r in steps], textposition="outside",
+        marker_color=plots.PALETTE[0], name="hand-written SGEMM",
+        hovertext=[plots.hover_text(r, ("file", "tflops", "registers", "shared_bytes", "blocks_per_sm",
+                                        "global_floats_per_fma", "shared_loads_per_fma")) for r in steps],
+        hoverinfo="text",
+    ))
+    fig.add_hline(y=cublas["tflops"], line_dash="dash", line_color=plots.PALETTE[1],
+                  annotation_text=f"cuBLAS {cublas['tflops']:.1f}", annotation_position="top left")
+    if peak_tflops:
+        fig.add_hline(y=peak_tflops, line_dash="dot", line_color="#444444",
+                      annotation_text=f"FP32 peak {peak_tflops:.1f}", annotation_position="top left")
+    fig.update_layout(title=title, yaxis_title="TFLOP/s (bars labelled with the share of cuBLAS)",
+                      xaxis_tickangle=-30, showlegend=False)
+    return fig
+
+
+def hierarchy_figure(s: Step = BEST) -> go.Figure:
+    """The tiling of step ``s`` as CUTLASS draws it: the block's tile of C, its warp tiles, and the elements of
+    C that warp 0's lane 0 computes (its 4 x 4 pieces, one per pass of the warp over its tile)."""
+    bm, bn = s.tile
+    wm, wn = dict(s.defines).get("WM", TUNABLE["WM"]), dict(s.defines).get("WN", TUNABLE["WN"])
+    lanes_m, lanes_n = LANES
+    fig = go.Figure()
+
+    def rect(x0, y0, x1, y1, **style):
+        fig.add_shape(type="rect", x0=x0, y0=y0, x1=x1, y1=y1, **style)
+
+    rect(0, 0, bn, bm, line=dict(width=3, color="#222222"))
+    for wr in range(0, bm, wm):
+        for wc in range(0, bn, wn):
+            warp = wr // wm * (bn // wn) + wc // wn
+            rect(wc, wr, wc + wn, wr + wm, line=dict(width=1.5, color=plots.PALETTE[1]),
+                 fillcolor="rgba(221,132,82,0.18)" if warp == 0 else None)
+            fig.add_annotation(x=wc + wn / 2, y=wr + wm / 2, text=f"warp {warp}", showarrow=False)
+    for im in range(wm // (4 * lanes_m)):
+        for jn in range(wn // (4 * lanes_n)):
+            r0, c0 = im * 4 * lanes_m, jn * 4 * lanes_n
+            rect(c0, r0, c0 + 4 * lanes_n, r0 + 4 * lanes_m, line=dict(width=1, dash="dot", color="#444444"))
+            rect(c0, r0, c0 + 4, r0 + 4, line=dict(width=0), fillcolor=plots.PALETTE[0])
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker=dict(color=plots.PALETTE[0], symbol="square"),
+                             name="the outputs of warp 0, lane 0"))
+    fig.update_xaxes(range=[-2, bn + 2], title="column of the block's tile of C", constrain="domain")
+    fig.update_yaxes(range=[bm + 2, -2], title="row", scaleanchor="x")
+    fig.update_layout(title=f"Step {s.number}: a {bm} x {bn} block tile, {wm} x {wn} warp tiles, "
+                            f"{s.thread_tile[0]} x {s.thread_tile[1]} outputs per thread",
+                      height=560, legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
+def schedule_figure(m: int, n: int, k: int, tile: int, block: tuple[int, int] = (1, 1)) -> go.Figure:
+    """Which tiles of A and B block ``block`` = (row, column) of a tiled GEMM stages at each step along K:
+    a slider walks the steps; C's tile is the one the block computes."""
+    rows, cols, depth = (math.ceil(x / tile) for x in (m, n, k))
+    by, bx = block
+    if not (0 <= by < rows and 0 <= bx < cols):
+        raise ValueError(f"block: (row, column) within the {rows} x {cols} grid of tiles, got {block}")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("A (M x K)", "B (K x N)", "C (M x N)"),
+                        horizontal_spacing=0.08)
+
+    def grid(r, c, lit):
+        return [[1.0 if (i, j) in lit else 0.15 for j in range(c)] for i in range(r)]
+
+    def panels(step):
+        return (grid(rows, depth, {(by, step)}), grid(depth, cols, {(step, bx)}), grid(rows, cols, {(by, bx)}))
+
+    for col, z in enumerate(panels(0), start=1):
+        fig.add_trace(go.Heatmap(z=z, zmin=0, zmax=1, colorscale="Blues", showscale=False, xgap=2, ygap=2,
+                                 hoverinfo="skip"), row=1, col=col)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    steps = [dict(method="restyle", label=str(t), args=[{"z": list(panels(t))}, [0, 1, 2]]) for t in range(depth)]
+    fig.update_layout(title=f"Block ({by}, {bx}) of a {m} x {n} x {k} GEMM in {tile} x {tile} tiles: "
+                            "the tiles it stages at each step",
+                      sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="step along K: "), pad=dict(t=30))],
+                      height=420)
+    return fig
+
+
+def waves_figure(m: int, n: int, tile: Sequence[int], sms: int, *, title: str | None = None) -> go.Figure:
+    """The tiles of an M x N output, each coloured by the wave it runs in (tiles are handed out row by row)."""
+    model = tile_waves(m, n, tile, sms)
+    rows, cols = math.ceil(m / model.tile_m), math.ceil(n / model.tile_n)
+    wave = [[(i * cols + j) // model.slots + 1 for j in range(cols)] for i in range(rows)]
+    fig = go.Figure(go.Heatmap(z=wave, text=wave, texttemplate="%{text}" if rows * cols <= 400 else None,
+                               colorscale="Viridis", xgap=1, ygap=1, colorbar=dict(title=dict(text="wave")),
+                               hovertemplate="tile row %{y}, column %{x}: wave %{z}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="tile row")
+    fig.update_xaxes(title="tile column")
+    fig.update_layout(title=title or (
+        f"{m} x {n} in {model.tile_m} x {model.tile_n} tiles on {sms} SMs: {model.tiles} tiles, {model.waves} waves, "
+        f"{model.efficiency:.0%} of the peak at best"))
+    return fig
+
+
+def quantization_figure(rows: Sequence[dict], x: str, *, title: str, x_title: str) -> go.Figure:
+    """The kernel's and cuBLAS's TFLOP/s against ``x``, with the tile and wave model of the kernel's tile
+    (dashed, scaled to the kernel's best point) and a dotted line where each new wave starts."""
+    rows = sorted(ok_rows(rows), key=lambda r: r[x])
+    best = max(rows, key=lambda r: r["kernel_tflops"])
+    scale = best["kernel_tflops"] / best["efficiency"]
+    model = [{**r, "model_tflops": scale * r["efficiency"]} for r in rows]
+    fig = plots.sweep_figure(rows, x, "kernel_tflops", name=f"{rows[0]['kernel']} ({rows[0]['tile']} tiles)",
+                             title=title, x_title=x_title, y_title="TFLOP/s",
+                             hover=("m", "n", "k", "tiles", "waves", "efficiency"))
+    plots.add_sweep(fig, rows, x, "cublas_tflops", name="cuBLAS", hover=("m", "n", "k"))
+    plots.add_sweep(fig, model, x, "model_tflops", name="model: tile x wave efficiency", dash="dash",
+                    hover=("tiles", "waves", "tile_efficiency", "wave_efficiency"))
+    fig.data[-1].mode = "lines"
+    for before, after in zip(rows, rows[1:], strict=False):
+        if after["waves"] > before["waves"]:
+            plots.vertical_marker(fig, after[x], f"wave {after['waves']}")
+    fig.update_layout(legend=dict(orientation="h", y=-0.2))
+    return fig

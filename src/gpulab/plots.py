@@ -59,7 +59,7 @@ def _register() -> None:
 _register()
 
 
-def _hover(row: dict, keys: Sequence[str]) -> str:
+def hover_text(row: dict, keys: Sequence[str]) -> str:
     return "<br>".join(f"{k} = {row[k]:.4g}" if isinstance(row[k], float) else f"{k} = {row[k]}"
                        for k in keys if k in row)
 
@@ -94,7 +94,7 @@ def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | 
         trace_name = f"{name} {label}".strip() if color else name
         fig.add_trace(go.Scatter(
             x=[r[x] for r in good], y=[r[y] for r in good], mode="lines+markers", name=trace_name,
-            line=dict(dash=dash, color=(colors or {}).get(label)), hovertext=[_hover(r, hover) for r in good],
+            line=dict(dash=dash, color=(colors or {}).get(label)), hovertext=[hover_text(r, hover) for r in good],
             hoverinfo="text+name",
         ))
         for r in group:
@@ -139,7 +139,7 @@ def _add_point(fig: go.Figure, row: dict, visible: bool = True) -> None:
         x=[row["intensity"]], y=[row["gflops"]], mode="markers+text", visible=visible,
         name=f"{row.get('op', '')} n={row.get('n', '')} {row.get('dtype', '')}".strip(),
         text=[row.get("op", "")], textposition="top center", marker=dict(size=11, line=dict(width=1)),
-        hovertext=_hover(row, ("op", "n", "dtype", "intensity", "gflops", "seconds")), hoverinfo="text",
+        hovertext=hover_text(row, ("op", "n", "dtype", "intensity", "gflops", "seconds")), hoverinfo="text",
     ))
 
 
@@ -172,7 +172,7 @@ def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title:
             fig.add_trace(go.Scatter(
                 x=[r["intensity"] for r in series], y=[r["gflops"] for r in series], visible=visible,
                 mode="lines+markers", name=op, marker=dict(size=9, color=PALETTE[i % len(PALETTE)]),
-                hovertext=[_hover(r, ("op", "n", "dtype", "intensity", "gflops", "gbytes_per_s")) for r in series],
+                hovertext=[hover_text(r, ("op", "n", "dtype", "intensity", "gflops", "gbytes_per_s")) for r in series],
                 hoverinfo="text",
             ))
             owners.append(dtype)
@@ -196,7 +196,7 @@ def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, 
         present = [r for r in rows if r.get(key) is not None]
         fig.add_trace(go.Bar(
             x=[r[category] for r in present], y=[r[key] for r in present], name=label,
-            marker_color=PALETTE[i % len(PALETTE)], hovertext=[_hover(r, hover) for r in present],
+            marker_color=PALETTE[i % len(PALETTE)], hovertext=[hover_text(r, hover) for r in present],
             text=[f"{r[key]:,.3g}" for r in present], textposition="outside",
         ))
     fig.update_layout(title=title, yaxis_title=y_title, barmode="group")
@@ -321,7 +321,7 @@ def heatmap_figure(rows: Sequence[dict], x: str, y: str, z: str, *, title: str, 
         colorbar=dict(title=dict(text=z_title)),
         text=[[text_format.format(v) if v is not None else "" for v in line] for line in values],
         texttemplate="%{text}",
-        hovertext=[[_hover(cell[(a, b)], hover) if (a, b) in cell else "" for a in xs] for b in ys],
+        hovertext=[[hover_text(cell[(a, b)], hover) if (a, b) in cell else "" for a in xs] for b in ys],
         hoverinfo="text",
     ))
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title)

@@ -184,6 +184,17 @@ def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) 
     return run(experiment, fn, **params), recorded
 
 
+def gpu_runs(experiment: str, fn: Callable[..., list[dict]], **params) -> list[Recording]:
+    """What a chapter draws for an experiment that needs a GPU: the newest recording, then a live run
+    beside it when kernels run on a GPU (:func:`live_and_recorded`). Prints a line when there is no recording."""
+    from gpulab import kernels  # here, not at the top: kernels decides its mode at import
+
+    live, recorded = live_and_recorded(experiment, fn, **params) if kernels.on_gpu() else (None, load(experiment))
+    if recorded is None:
+        print(f"{experiment}: no recording yet" + ("." if live else ", and no GPU here to measure it live."))
+    return [run for run in (recorded, live) if run is not None]
+
+
 def inventory(root: Path | None = None) -> list[dict]:
     """One row per recording: the GPU, the experiment, when and at which commit it was made, and if it is stale."""
     root = root or results_dir()

@@ -159,3 +159,33 @@ def launch_configuration_explorer(n: int, threads_per_block: Sequence[int],
     explorer = w.VBox([w.HBox([size, per, button]), output])
     show(explorer)
     return explorer
+
+
+def quantization_explorer(m: int = 1536, n: int = 1024, sms: Sequence[int] = (8, 80, 108, 132)) -> w.Widget:
+    """Pick an output size, a tile and an SM count: the tiles coloured by wave, and what the model predicts.
+
+    Pure arithmetic (:func:`gpulab.mlp.tile_waves`): it answers without a GPU.
+    """
+    from gpulab import gemm, mlp
+
+    rows = w.BoundedIntText(value=m, min=1, max=65536, step=64, description="M (rows)")
+    cols = w.BoundedIntText(value=n, min=1, max=65536, step=64, description="N (columns)")
+    tile = w.Dropdown(options=[(mlp.tile_label(t), t) for t in ((128, 128), (256, 128), (128, 256), (64, 64))],
+                      description="tile")
+    count = w.Dropdown(options=list(sms), value=sms[0], description="SMs")
+    output = w.Output()
+
+    def update(_change=None) -> None:
+        model = mlp.tile_waves(rows.value, cols.value, tile.value, count.value)
+        text = (f"{model.tiles} tiles in {model.waves} wave(s) of {model.slots}: tile efficiency "
+                f"{model.tile_efficiency:.1%}, wave efficiency {model.wave_efficiency:.1%}, "
+                f"at best {model.efficiency:.1%} of the peak\n")
+        figure = gemm.waves_figure(rows.value, cols.value, tile.value, count.value) if model.tiles <= 4096 else None
+        render(output, text + ("" if figure else "(too many tiles to draw)\n"), figure)
+
+    for control in (rows, cols, tile, count):
+        control.observe(update, names="value")
+    update()
+    explorer = w.VBox([w.HBox([rows, cols]), w.HBox([tile, count]), output])
+    show(explorer)
+    return explorer

@@ -1,35 +1,20 @@
-// SGEMM step 8, double buffering: load the next tile while computing on this one.
+// SGEMM step 8, double-buffered shared memory: load the next tile while computing on this one.
 //
-// In step 7 every tile is loaded, then a barrier, then computed, then a barrier: while the loads
-// travel from DRAM or L2 (hundreds of cycles), a block can only wait, and only the other resident
-// blocks keep the SM busy. Here shared memory holds two stages. At the top of each step the threads
+// In step 7 a block loads a tile, waits at a barrier, computes, waits again: while its loads travel
+// from L2 or DRAM (hundreds of cycles) it can only wait, and only the SM's other resident block keeps
+// the arithmetic units busy. Here shared memory holds two stages. At the top of each step the threads
 // issue the global loads of the *next* tile into registers and, without waiting for them, compute
 // on the current stage; then they store the registers into the other stage. The loads fly while
 // the arithmetic runs, and one barrier per step is enough: a stage is overwritten only after every
 // thread has passed the barrier that ended the last step reading it.
-//
-// The tile sizes are macros, so that a sweep can compile variants with -D (the defaults are the
-// sweep's best on an H200): block tile BM x BN, depth BK, warp tile WM x WN, and MIN_BLOCKS, the
-// resident blocks per SM that __launch_bounds__ asks the compiler to fit (it caps the registers).
-// Needs N and K to be multiples of 4; M is free. Launch with ceil(N/BN) x ceil(M/BM) blocks of THREADS.
-#ifndef BM
-#define BM 128
-#endif
-#ifndef BN
+// Tiles as in step 7. Needs N and K to be multiples of 4; M is free.
+// Launch with ceil(N/128) x ceil(M/128) blocks of 256 threads.
+#define BM 128  // block tile
 #define BN 128
-#endif
-#ifndef BK
 #define BK 8
-#endif
-#ifndef WM
-#define WM 64
-#endif
-#ifndef WN
+#define WM 64   // warp tile
 #define WN 32
-#endif
-#ifndef MIN_BLOCKS
 #define MIN_BLOCKS 2
-#endif
 #define LANES_M 8
 #define LANES_N 4
 #define WMITER (WM / (LANES_M * 4))
@@ -49,7 +34,8 @@ __device__ __forceinline__ float4 load4(const float *p, bool inside)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-    sgemm_double_buffered(const float *A, const float *B, float *C, int M, int N, int K)
+    sgemm_double_buffered(const float *__restrict__ A, const float *__restrict__ B, float *__restrict__ C,
+                          int M, int N, int K)
 {
     __shared__ __align__(16) float As[2][BK][BM + PAD];
     __shared__ __align__(16) float Bs[2][BK][BN];

@@ -171,7 +171,7 @@ def _compiled(file: Path, text: str, arch: str, defines: Defines = ()) -> Compil
         # empty log, size is 1, and b" " * 1 is Python's one shared b" ", which NVRTC would overwrite.)
         log = bytearray(size)
         _checked(nvrtc.nvrtcGetProgramLog(program, log), "log")
-        log_text = bytes(log).decode(errors="replace").rstrip("\x00 \n")
+        log_text = bytes(log).decode(errors="replace").replace("\x00", "").rstrip()
         if int(status) != 0:
             what = " ".join((file.name, *_options(defines)[len(OPTIONS):]))
             raise CompileError(f"{what} does not compile for {arch}:\n{log_text}")
