@@ -260,7 +260,8 @@ def size_sweep(ms: Sequence[int], ns: Sequence[int], k: int, s: Step = BEST) -> 
     device = env.device()
     fits_in_memory("ms, ns", 4 * (max(ms) * k + k * max(ns) + max(ms) * max(ns)) * 2, device)
     sms = env.describe().multiprocessors
-    slots = sms * resources(s)["blocks_per_sm"]
+    resident = resources(s)["blocks_per_sm"]
+    slots = sms * resident
 
     def measure(m: int, n: int) -> dict:
         model = tile_waves(m, n, s.tile, slots)
@@ -271,7 +272,8 @@ def size_sweep(ms: Sequence[int], ns: Sequence[int], k: int, s: Step = BEST) -> 
 
     rows = run_sweep(measure, [{"m": m, "n": n} for m, n in zip(ms, ns, strict=True)])
     for row in rows:
-        row.update(k=k, kernel=s.label, tile=f"{s.tile[0]}x{s.tile[1]}", slots=slots, sms=sms)
+        row.update(k=k, kernel=s.label, tile=f"{s.tile[0]}x{s.tile[1]}", tile_m=s.tile[0], tile_n=s.tile[1],
+                   slots=slots, sms=sms, resident=resident)
     return rows
 
 
@@ -291,6 +293,53 @@ def divisibility(rows: Sequence[dict], x: str = "n", multiples: Sequence[int] = 
              **{f"{key.removesuffix('_tflops')}_relative": sum(r[key] for r in group) / len(group) / best[key]
                 for key in best}}
             for label, group in groups.items() if group]
+
+
+def blocks_per_busiest_sm(row: Mapping) -> int:
+    """Blocks the busiest SM runs for a :func:`size_sweep` row: the tiles are dealt out to the SMs in turn."""
+    return math.ceil(row["tiles"] / row["sms"])
+
+
+def sm_efficiency(row: Mapping, partial: float) -> float:
+    """The share of the full-occupancy rate that a :func:`size_sweep` row allows, counted per SM.
+
+    The tiles are dealt out to the SMs in turn; an SM runs ``resident`` blocks at a time, and a last group
+    of fewer blocks takes ``partial`` of a full group's time (more than 1/resident of it: a block that is
+    alone on its SM has the SM's issue slots to itself, so it runs faster than it would beside others).
+    With ``partial = 1/resident`` this is the slot model of :func:`gpulab.mlp.tile_waves`.
+    """
+    groups, rest = divmod(blocks_per_busiest_sm(row), row["resident"])
+    full_groups_needed = row["tiles"] / (row["sms"] * row["resident"])
+    tile_efficiency = row["m"] * row["n"] / (row["tiles"] * row["tile_m"] * row["tile_n"])
+    return tile_efficiency * full_groups_needed / (groups + (partial if rest else 0.0))
+
+
+def fit_partial(rows: Sequence[dict]) -> float:
+    """The ``partial`` of :func:`sm_efficiency` that fits the kernel's measured rates best (least squares,
+    each candidate's prediction scaled to the measurements), searched between 1/resident and 1."""
+    rows = ok_rows(rows)
+    if len(rows) < 3:
+        raise ValueError(f"rows: at least 3 measurements to fit a model, got {len(rows)}")
+    measured = [r["kernel_tflops"] for r in rows]
+    resident = rows[0]["resident"]
+    candidates = [1 / resident + i * (1 - 1 / resident) / 200 for i in range(201)]
+
+    def residual(partial: float) -> float:
+        predicted = [sm_efficiency(r, partial) for r in rows]
+        scale = sum(p * m for p, m in zip(predicted, measured, strict=True)) / sum(p * p for p in predicted)
+        return sum((m - scale * p) ** 2 for p, m in zip(predicted, measured, strict=True))
+
+    return min(candidates, key=residual)
+
+
+def correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Pearson's correlation of two equally long series."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"xs, ys: two series of the same length >= 2, got {len(xs)} and {len(ys)}")
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    covariance = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    spread = math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
+    return covariance / spread if spread else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,22 +446,32 @@ def waves_figure(m: int, n: int, tile: Sequence[int], sms: int, *, title: str | 
     return fig
 
 
-def quantization_figure(rows: Sequence[dict], x: str, *, title: str, x_title: str) -> go.Figure:
-    """The kernel's and cuBLAS's TFLOP/s against ``x``, with the tile and wave model of the kernel's tile
-    (dashed, scaled to the kernel's best point) and a dotted line where each new wave starts."""
+def quantization_figure(rows: Sequence[dict], x: str, *, partial: float, title: str, x_title: str) -> go.Figure:
+    """The kernel's and cuBLAS's TFLOP/s against ``x``, with two models of the kernel scaled to its best point:
+    the slot model (dotted: every block a slot, :func:`gpulab.mlp.tile_waves`) and the per-SM model of
+    :func:`sm_efficiency` with ``partial`` (dashed); a dotted line where the busiest SM gets another block."""
     rows = sorted(ok_rows(rows), key=lambda r: r[x])
     best = max(rows, key=lambda r: r["kernel_tflops"])
-    scale = best["kernel_tflops"] / best["efficiency"]
-    model = [{**r, "model_tflops": scale * r["efficiency"]} for r in rows]
+    models = []
+    for r in rows:
+        models.append({**r, "slot_model": r["efficiency"], "sm_model": sm_efficiency(r, partial),
+                       "blocks_per_sm": blocks_per_busiest_sm(r)})
+    for key in ("slot_model", "sm_model"):
+        scale = best["kernel_tflops"] / next(m[key] for m in models if m[x] == best[x])
+        for m in models:
+            m[f"{key}_tflops"] = scale * m[key]
     fig = plots.sweep_figure(rows, x, "kernel_tflops", name=f"{rows[0]['kernel']} ({rows[0]['tile']} tiles)",
                              title=title, x_title=x_title, y_title="TFLOP/s",
                              hover=("m", "n", "k", "tiles", "waves", "efficiency"))
     plots.add_sweep(fig, rows, x, "cublas_tflops", name="cuBLAS", hover=("m", "n", "k"))
-    plots.add_sweep(fig, model, x, "model_tflops", name="model: tile x wave efficiency", dash="dash",
-                    hover=("tiles", "waves", "tile_efficiency", "wave_efficiency"))
-    fig.data[-1].mode = "lines"
-    for before, after in zip(rows, rows[1:], strict=False):
-        if after["waves"] > before["waves"]:
-            plots.vertical_marker(fig, after[x], f"wave {after['waves']}")
+    plots.add_sweep(fig, models, x, "sm_model_tflops", name=f"model per SM (partial group {partial:.2f})",
+                    dash="dash", hover=("tiles", "blocks_per_sm", "sm_model"))
+    plots.add_sweep(fig, models, x, "slot_model_tflops", name="model per slot (waves of SMs x blocks)",
+                    dash="dot", hover=("tiles", "waves", "slot_model"))
+    for trace in fig.data[-2:]:
+        trace.mode = "lines"
+    for before, after in zip(models, models[1:], strict=False):
+        if after["blocks_per_sm"] > before["blocks_per_sm"]:
+            plots.vertical_marker(fig, after[x], str(after["blocks_per_sm"]))
     fig.update_layout(legend=dict(orientation="h", y=-0.2))
     return fig

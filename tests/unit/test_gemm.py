@@ -131,3 +131,27 @@ def test_bad_operands_are_named():
         gemm.sgemm(2, A, torch.ones(31, 8, device="cuda"))
     with pytest.raises(ValueError, match="float32"):
         gemm.sgemm(2, A.half(), B.half())
+
+
+def _sweep_row(tiles_m: int, tiles_n: int, sms: int = 8, resident: int = 2) -> dict:
+    return {"m": 128 * tiles_m, "n": 128 * tiles_n, "tile_m": 128, "tile_n": 128, "tiles": tiles_m * tiles_n,
+            "sms": sms, "resident": resident}
+
+
+def test_the_per_sm_model_counts_the_busiest_sm():
+    full, odd, lone = _sweep_row(4, 4), _sweep_row(3, 3), _sweep_row(2, 4)  # 16, 9 and 8 tiles on 8 SMs
+    assert gemm.blocks_per_busiest_sm(odd) == 2 and gemm.blocks_per_busiest_sm(_sweep_row(17, 1)) == 3
+    assert gemm.sm_efficiency(full, 0.6) == 1.0
+    assert gemm.sm_efficiency(odd, 0.6) == pytest.approx(9 / 16)  # one SM runs a pair: a whole group's time
+    assert gemm.sm_efficiency(lone, 0.6) == pytest.approx(0.5 / 0.6)  # every SM runs one block, alone
+    assert gemm.sm_efficiency(lone, 0.5) == pytest.approx(0.5)  # the slot model: a lone block takes half the time
+
+
+def test_fit_partial_recovers_the_time_of_a_lone_block():
+    rows = [_sweep_row(t, 1) for t in range(4, 40)]
+    for r in rows:
+        r["kernel_tflops"] = 50 * gemm.sm_efficiency(r, 0.7)
+    assert gemm.fit_partial(rows) == pytest.approx(0.7, abs=0.003)
+    with pytest.raises(ValueError, match="at least 3"):
+        gemm.fit_partial(rows[:2])
+    assert gemm.correlation([1, 2, 3], [2, 4, 6.5]) == pytest.approx(0.9986, abs=1e-4)
