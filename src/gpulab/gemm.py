@@ -306,7 +306,8 @@ def sm_efficiency(row: Mapping, partial: float) -> float:
     The tiles are dealt out to the SMs in turn; an SM runs ``resident`` blocks at a time, and a last group
     of fewer blocks takes ``partial`` of a full group's time (more than 1/resident of it: a block that is
     alone on its SM has the SM's issue slots to itself, so it runs faster than it would beside others).
-    With ``partial = 1/resident`` this is the slot model of :func:`gpulab.mlp.tile_waves`.
+    ``partial = 1`` gives the slot model of :func:`gpulab.mlp.tile_waves` (a partly filled wave costs a whole
+    wave); ``partial = 1/resident`` would mean that a lone block runs ``resident`` times faster.
     """
     groups, rest = divmod(blocks_per_busiest_sm(row), row["resident"])
     full_groups_needed = row["tiles"] / (row["sms"] * row["resident"])
