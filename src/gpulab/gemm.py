@@ -2,14 +2,16 @@
 
 The worklog is nine CUDA C kernels, ``16_sgemm_naive.cu`` to ``24_sgemm_prefetched.cu``, each one
 step from the last (:data:`STEPS`). Every one computes ``C = A @ B`` for row-major float32 matrices and
-is checked against cuBLAS's answer on fresh random data before it is timed.
+is checked against float64 arithmetic on fresh random data before it is timed.
 
 - :func:`sgemm` runs one step on torch tensors; :func:`worklog` checks and times every step at one size
   beside cuBLAS (TF32 off), with what the compiler reports about each kernel (registers, shared memory,
   resident blocks) and what the tiling implies (:func:`traffic`: loads per multiply-add);
 - :func:`tuning` times variants of the last step, compiled with other tile sizes (:func:`prefetched`);
-- :func:`size_sweep` measures the best kernel and cuBLAS over a range of sizes, where the tile and
-  wave model of :func:`gpulab.mlp.tile_waves` predicts steps (tile and wave quantization).
+- :func:`size_sweep` measures the best kernel and cuBLAS over a range of sizes, where tile and wave
+  quantization make the rate step: :func:`gpulab.mlp.tile_waves` counts waves of slots (NVIDIA's model),
+  :func:`sm_efficiency` counts the blocks of the busiest SM, with :func:`fit_partial` for the time of a
+  block that runs alone on its SM.
 
 CUDA C needs a GPU; in the simulator the chapter runs the numba twins of steps 2 and 3
 (:mod:`gpulab.kernels.numba_kernels`) instead.
@@ -34,7 +36,7 @@ from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
 INT32_MAX = 2**31 - 1  # the kernels index with C ints
-LANES = (8, 4)  # steps 7 and 8: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
+LANES = (8, 4)  # steps 7 to 9: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
 TUNABLE = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 24_sgemm_prefetched.cu's defaults
 
 
