@@ -14,6 +14,7 @@ import torch
 
 from gpulab import checks, kernel_checks, kernels
 from gpulab.kernel_checks import Diagnosis
+from gpulab.kernels import numba_kernels
 
 cuda = kernels.numba_cuda()
 M = 32  # threads per block of the 1D tests
@@ -186,6 +187,108 @@ def test_stencil_reference_and_blocks():
     assert [kernel_checks.blocks_for(n, 32) for n in (1, 32, 33, 64)] == [1, 1, 2, 2]
     with pytest.raises(ValueError, match="^n and threads_per_block"):
         kernel_checks.blocks_for(0, 32)
+
+
+# --- C = A @ B in shared-memory tiles ---------------------------------------------------------------
+
+TILE = 4  # 16 threads per block: the simulator runs these in a fraction of a second
+SHAPE = (7, 10, 6)  # M, K, N: 2 x 2 blocks; K is two whole tiles and a partial one
+
+
+def make_matmul(early_return=False, zero_fill=True, guard_loads=True, guard_store=True, ceil=True,
+                transpose_a=False, transpose_b=False, first_barrier=True, second_barrier=True):
+    """A tiled matmul kernel for any shapes, or one with the named mistake."""
+    tile = TILE
+
+    @cuda.jit
+    def matmul(A, B, C):
+        a_tile = cuda.shared.array((tile, tile), np.float32)
+        b_tile = cuda.shared.array((tile, tile), np.float32)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row = cuda.blockIdx.y * tile + ty
+        col = cuda.blockIdx.x * tile + tx
+        m, k = A.shape
+        n = B.shape[1]
+        if early_return and (row >= m or col >= n):
+            return
+        total = np.float32(0)
+        for step in range((k + tile - 1) // tile if ceil else k // tile):
+            a_col, b_row = step * tile + tx, step * tile + ty
+            if not guard_loads:
+                a_tile[ty, tx] = A[row, a_col]
+                b_tile[ty, tx] = B[b_row, col]
+            elif not zero_fill:
+                if row < m and a_col < k:
+                    a_tile[ty, tx] = A[row, a_col]
+                if b_row < k and col < n:
+                    b_tile[ty, tx] = B[b_row, col]
+            else:
+                a_tile[ty, tx] = A[row, a_col] if row < m and a_col < k else np.float32(0)
+                b_value = B[b_row, col] if b_row < k and col < n else np.float32(0)
+                if transpose_b:
+                    b_tile[tx, ty] = b_value
+                else:
+                    b_tile[ty, tx] = b_value
+            if first_barrier:
+                cuda.syncthreads()
+            for i in range(tile):
+                total += (a_tile[i, ty] if transpose_a else a_tile[ty, i]) * b_tile[i, tx]
+            if second_barrier:
+                cuda.syncthreads()
+        if not guard_store or (row < m and col < n):
+            C[row, col] = total
+
+    return matmul
+
+
+def test_matmul_right_kernels_pass():
+    right = make_matmul()
+    assert kernel_checks.diagnose_matmul(right, *SHAPE, TILE) == Diagnosis("ok", "every element is right")
+    assert kernel_checks.diagnose_matmul(right, 3, 2, 5, TILE).ok  # less than one tile
+    assert kernel_checks.diagnose_matmul(numba_kernels.matmul_naive, *SHAPE, TILE).ok
+
+
+@pytest.mark.parametrize(("mistake", "problem", "detail"), [
+    ({"ceil": False}, "short k loop", "the sum of the first 8 of the K = 10 products"),
+    ({"zero_fill": False}, "partial k tile", "2 products too many"),
+    ({"transpose_a": True}, "transposed tile", "the tiles of A"),
+    ({"transpose_b": True}, "transposed tile", "the tiles of B"),
+    ({"guard_store": False}, "out of bounds", ""),
+    ({"guard_loads": False}, "out of bounds", ""),
+], ids=["floor loop", "no zero fill", "tile of A read transposed", "tile of B stored transposed", "store unguarded",
+        "loads unguarded"])
+def test_matmul_mistakes_are_named(mistake, problem, detail):
+    diagnosis = kernel_checks.diagnose_matmul(make_matmul(**mistake), *SHAPE, TILE)
+    assert diagnosis.problem == problem and detail in diagnosis.detail
+
+
+def test_matmul_timing_dependent_mistakes_are_named():
+    early = kernel_checks.diagnose_matmul(make_matmul(early_return=True), *SHAPE, TILE)
+    no_barriers = [kernel_checks.diagnose_matmul(make_matmul(**{barrier: False}), *SHAPE, TILE)
+                   for barrier in ("first_barrier", "second_barrier")]
+    # On a GPU these show only by chance: the skipped loads leave whatever the slots held (zeros, perhaps),
+    # and a block's warps may well run in step.
+    if not kernels.on_gpu():
+        assert early.problem == "edge tiles" and "rows 4 to 6 and columns 4 to 5" in early.detail
+        assert [d.problem for d in no_barriers] == ["race", "race"]
+        store = kernel_checks.diagnose_matmul(make_matmul(guard_store=False), *SHAPE, TILE)
+        assert "in the line `C[row, col] = total`" in store.detail  # the simulator names the kernel's line
+
+
+def test_matmul_grids_are_examined():
+    right, (m, k, n) = make_matmul(), (9, 3, 6)  # 3 blocks down, 2 across
+    too_few = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 2))
+    assert too_few.problem == "unwritten" and "reaches 8 rows and 4 columns" in too_few.detail
+    one_block = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 1))
+    assert one_block.problem == "unwritten" and "reaches 4 rows and 4 columns" in one_block.detail
+    swapped = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(3, 2))
+    assert swapped.problem == "unwritten" and "C's transpose" in swapped.detail
+    assert "two whole numbers" in kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=None).detail
+    assert "far past" in kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(9, 9)).detail
+    for bad in ({"m": 0}, {"tile": 33}, {"k": 2.5}):
+        arguments = {"m": m, "k": k, "n": n, "tile": TILE, **bad}
+        with pytest.raises(ValueError, match=f"^{next(iter(bad))}:"):
+            kernel_checks.diagnose_matmul(right, **arguments)
 
 
 # --- the building blocks ---------------------------------------------------------------------------
