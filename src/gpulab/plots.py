@@ -45,7 +45,7 @@ def _register() -> None:
             margin=dict(l=70, r=30, t=60, b=60),
             height=440,
             hovermode="closest",
-            xaxis=dict(showgrid=True, gridcolor="#eeeeee"),
+            xaxis=dict(showgrid=True, gridcolor="#eeeeee", automargin=True),  # room for long or slanted labels
             yaxis=dict(showgrid=True, gridcolor="#eeeeee"),
             legend=dict(bgcolor="rgba(255,255,255,0.7)"),
         )
