@@ -37,6 +37,7 @@ from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
 INT32_MAX = 2**31 - 1  # the kernels index with C ints
 LANES = (8, 4)  # steps 7 to 9: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
+FIRST_FILE = 16  # the worklog's step 1 is kernel file 16_sgemm_naive.cu
 TUNABLE = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 24_sgemm_prefetched.cu's defaults
 
 
@@ -58,7 +59,7 @@ class Step:
 
     @property
     def number(self) -> int:
-        return int(self.file[:2]) - 15
+        return int(self.file[:2]) - FIRST_FILE + 1
 
     def grid(self, m: int, n: int) -> tuple[int, int]:
         """Blocks along x and y for an M x N output."""
@@ -311,10 +312,9 @@ def sm_efficiency(row: Mapping, partial: float) -> float:
     ``partial = 1`` gives the slot model of :func:`gpulab.mlp.tile_waves` (a partly filled wave costs a whole
     wave); ``partial = 1/resident`` would mean that a lone block runs ``resident`` times faster.
     """
-    groups, rest = divmod(blocks_per_busiest_sm(row), row["resident"])
-    full_groups_needed = row["tiles"] / (row["sms"] * row["resident"])
-    tile_efficiency = row["m"] * row["n"] / (row["tiles"] * row["tile_m"] * row["tile_n"])
-    return tile_efficiency * full_groups_needed / (groups + (partial if rest else 0.0))
+    model = tile_waves(row["m"], row["n"], (row["tile_m"], row["tile_n"]), row["sms"] * row["resident"])
+    groups, rest = divmod(math.ceil(model.tiles / row["sms"]), row["resident"])
+    return model.tile_efficiency * (model.tiles / model.slots) / (groups + (partial if rest else 0.0))
 
 
 def fit_partial(rows: Sequence[dict]) -> float:
@@ -334,15 +334,6 @@ def fit_partial(rows: Sequence[dict]) -> float:
 
     return min(candidates, key=residual)
 
-
-def correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Pearson's correlation of two equally long series."""
-    if len(xs) != len(ys) or len(xs) < 2:
-        raise ValueError(f"xs, ys: two series of the same length >= 2, got {len(xs)} and {len(ys)}")
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    covariance = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    spread = math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
-    return covariance / spread if spread else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------

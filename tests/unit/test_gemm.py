@@ -155,4 +155,3 @@ def test_fit_partial_recovers_the_time_of_a_lone_block():
     assert gemm.fit_partial(rows) == pytest.approx(0.7, abs=0.003)
     with pytest.raises(ValueError, match="at least 3"):
         gemm.fit_partial(rows[:2])
-    assert gemm.correlation([1, 2, 3], [2, 4, 6.5]) == pytest.approx(0.99795, abs=1e-5)
