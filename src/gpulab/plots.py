@@ -22,6 +22,9 @@ from gpulab.roofline import Roofline
 from gpulab.sweep import OUT_OF_MEMORY, ok_rows
 
 PALETTE = ["#1f6fb4", "#e4572e", "#29a35a", "#8e44ad", "#f0a202", "#17becf", "#7f7f7f"]
+# Marker symbols and bar fill patterns, in the palette's order: series stay apart in grayscale too.
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross"]
+PATTERNS = ["", "/", ".", "x", "\\", "+", "-"]
 TEMPLATE = "gpulab"
 
 

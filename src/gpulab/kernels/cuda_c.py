@@ -31,6 +31,7 @@ FOLDER = Path(__file__).parent
 OPTIONS = ("-std=c++17",)
 DEFAULT_ARCH = "sm_90"  # compiled for Hopper when no GPU says otherwise
 INT32 = (-2**31, 2**31 - 1)
+DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # what a launch may ask for without raising the kernel's limit
 
 
 class CompileError(RuntimeError):
@@ -255,13 +256,16 @@ def prepared(name: str, kernel: str, grid: int | tuple[int, ...], block: int | t
     """A function that launches ``kernel<<<grid, block, shared_bytes>>>(*args)`` of file ``name`` on the GPU.
 
     Tensors pass as device pointers; Python ints as C ``int``, floats as C ``float``; NumPy scalars
-    as they are (``np.int64(n)`` for a ``long``). The arguments are converted once, here, so that
+    as they are (``np.int64(n)`` for a ``long``). More than 48 KB of dynamic shared memory raises the
+    kernel's limit first, as ``cudaFuncSetAttribute`` would. The arguments are converted once, here, so that
     repeated calls cost only the launch itself (what a timer should see).
     """
     grid, block = _dim3(grid, "grid"), _dim3(block, "block")
     if np.prod(block) > 1024:
         raise ValueError(f"block: at most 1024 threads per block, got {int(np.prod(block))}")
     function_ = function(name, kernel, defines)
+    if shared_bytes > DEFAULT_DYNAMIC_SHARED_BYTES:  # a kernel must opt in to more (up to 227 KB on Hopper)
+        function_.max_dynamic_shared_size_bytes = shared_bytes
     converted = tuple(_argument(a, i) for i, a in enumerate(args))
 
     def run() -> None:
