@@ -24,6 +24,7 @@ GPU (CUDA C through CuPy); without one they are only compiled (:func:`gpulab.ker
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -440,8 +441,9 @@ def kernels_run(fn: Callable[[], object], device: torch.device) -> list[str]:
 
     from gpulab.attention import _device_kernels  # the one reader of a profile's GPU kernels
 
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # kineto would print a line at every start and stop
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, acc_events=True) as prof:
         fn()
         timing.synchronize(device)
     if device.type == "cuda":
