@@ -158,3 +158,18 @@ def test_figures_draw_from_rows():
     sweep = tensor_cores.layer_gemms_sweep([{"batch": 8, "inputs": 16, "outputs": o} for o in (15, 16)], "float32")
     figure = tensor_cores.layer_gemms_figure(sweep, "outputs", title="t", x_title="outputs")
     assert len(figure.data) == 4 and list(figure.data[0].x) == ["15", "16 (x8)"]
+
+
+def test_the_format_explorer_measures_and_names_what_it_cannot():
+    from gpulab import widgets
+
+    explorer = widgets.matmul_format_explorer([32, 64], ["float32", "tf32"])
+    controls, output = explorer.children
+    format_menu, _size, button = controls.children
+    button.click()
+    format_menu.value = "tf32"
+    button.click()
+    text = output.outputs[0]["text"]
+    assert "float32" in text and "e-0" in text  # a measured row with its error
+    if not kernels.on_gpu():
+        assert "Not measured: fmt: tf32 is a tensor-core mode" in text
