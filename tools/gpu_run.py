@@ -2,7 +2,8 @@
 
 Each chapter and lab solution runs under papermill with its default (full) parameters and
 ``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``.
-The executed notebooks go to ``_build/gpu-run/``. Then two checks that need a real GPU: the
+The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
+with the next (its earlier cells' recordings are saved). Then two checks that need a real GPU: the
 timing-fidelity benchmark compares ``gpulab.timing`` with ``triton.testing.do_bench`` (the run fails
 if they differ by more than 3%), and a sweep must survive a genuine CUDA out-of-memory error.
 """
@@ -49,12 +50,18 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     notebooks = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("labs/solutions/*.ipynb"))
     only = sys.argv[1:]
+    failed = []
     for path in notebooks:
         if only and not any(name in path.name for name in only):
             continue
         start = time.perf_counter()
-        papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False)
-        print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s", flush=True)
+        try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
+            papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False)
+            status = "ok"
+        except papermill.PapermillExecutionError as error:
+            failed.append(path.name)
+            status = f"FAILED in cell {error.exec_count}: {error.ename}: {error.evalue}"
+        print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s  {status}", flush=True)
 
     fidelity = results.run("timing_fidelity", timing.compare_with_do_bench)  # saved: GPULAB_RECORD=1
     print(f"\nTiming fidelity on {fidelity.device_name} (medians):")
@@ -63,11 +70,14 @@ def main() -> int:
         print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:11.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
               f"{row['difference']:+10.2%}")
     worst = max(abs(row["difference"]) for row in fidelity.rows)
-    failed = worst > TOLERANCE
-    print(f"{'FAIL' if failed else 'OK'}: the timers differ by at most {worst:.1%} (limit {TOLERANCE:.0%})")
+    if worst > TOLERANCE:
+        failed.append("timing fidelity")
+    print(f"{'FAIL' if worst > TOLERANCE else 'OK'}: the timers differ by at most {worst:.1%} (limit {TOLERANCE:.0%})")
     if not sweep_survives_out_of_memory():
         print("FAIL: the sweep did not turn a CUDA out-of-memory error into a row")
-        failed = True
+        failed.append("out-of-memory sweep")
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (executed notebooks, with their errors, are in {out})")
     return 1 if failed else 0
 
 
