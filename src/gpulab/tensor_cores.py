@@ -342,10 +342,13 @@ def _measure(run: Callable[[], object], m: int, n: int, k: int, device: torch.de
 def _cublas_fp16(n: int, device: torch.device) -> dict:
     A, B = _fp16_operands(n, n, n, device)
     C = poisoned((n, n), torch.float16, device)
+    def run() -> torch.Tensor:
+        return torch.mm(A, B, out=C)
+
     with float32_accumulation():  # float16 in, float32 sums, float16 out: what cuBLAS's HGEMM does for torch.mm
-        torch.mm(A, B, out=C)
-        error = check_close(C, A.double() @ B.double(), MATMUL_TOLERANCE["float16"], "cuBLAS float16")
-        return {**_measure(lambda: torch.mm(A, B, out=C), n, n, n, device), "relative_error": error}
+        error = check_close(run(), A.double() @ B.double(), MATMUL_TOLERANCE["float16"], "cuBLAS float16")
+        return {**_measure(run, n, n, n, device), "relative_error": error,
+                "kernels": ", ".join(kernels_run(run, device))}
 
 
 def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},),
@@ -355,7 +358,8 @@ def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)
 
     Each kernel is first checked at ``check_size`` (multiples of 16 but of no block tile, so the edges are
     exercised), then at n^3. Rows carry 'fraction_of_cublas_fp16' and, on a GPU of :mod:`gpulab.specs`,
-    'fraction_of_peak' (of the float16 tensor-core peak, or of the float32 CUDA-core peak for SGEMM).
+    'fraction_of_peak' (of the float16 tensor-core peak, or of the float32 CUDA-core peak for SGEMM); the
+    cuBLAS float16 row names the kernels it ran.
     """
     n = positive_int("n", n)
     check_m, check_n, check_k = positive_ints("check_size", check_size)
