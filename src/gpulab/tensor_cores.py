@@ -247,7 +247,8 @@ class WmmaKernel:
 
 
 NAIVE = WmmaKernel("25_wmma_naive", "wmma_gemm_naive", "WMMA, fragments from global memory", (32, 32), 128)
-TUNABLE = {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3}  # 26_wmma_pipelined.cu's defaults
+# 26_wmma_pipelined.cu's defaults: tile sizes, pipeline depth, block order and epilogue
+TUNABLE = {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3, "GROUP_M": 1, "STAGED_EPILOGUE": 0}
 SKEW = 8  # the halves each staged row is padded by (26_wmma_pipelined.cu)
 MAX_SHARED_BYTES = 227 * 1024  # per block, opted in, on Hopper (and 163 KB on an A100)
 
@@ -257,7 +258,9 @@ def pipelined(**defines: int) -> WmmaKernel:
     unknown = set(defines) - set(TUNABLE)
     if unknown:
         raise ValueError(f"defines: 26_wmma_pipelined.cu has {', '.join(TUNABLE)}; got {sorted(unknown)}")
-    d = {**TUNABLE, **{k: positive_int(k, v) for k, v in defines.items()}}
+    if defines.get("STAGED_EPILOGUE", 0) not in (0, 1):
+        raise ValueError(f"defines: STAGED_EPILOGUE is 0 or 1, got {defines['STAGED_EPILOGUE']!r}")
+    d = {**TUNABLE, **{k: v if k == "STAGED_EPILOGUE" else positive_int(k, v) for k, v in defines.items()}}
     if d["BM"] % d["WM"] or d["BN"] % d["WN"] or d["WM"] % 16 or d["WN"] % 16 or d["BK"] % 16:
         raise ValueError(f"defines: warp tiles WM x WN must divide BM x BN, all multiples of 16, and BK too; got {d}")
     threads = 32 * (d["BM"] // d["WM"]) * (d["BN"] // d["WN"])
@@ -265,7 +268,9 @@ def pipelined(**defines: int) -> WmmaKernel:
     if threads > 1024 or chunks_a % threads or chunks_b % threads or d["STAGES"] < 2:
         raise ValueError(f"defines: {threads} threads must copy whole 16-byte pieces of both tiles, and STAGES >= 2; "
                          f"got {d}")
-    shared = d["STAGES"] * (d["BM"] * (d["BK"] + SKEW) + d["BK"] * (d["BN"] + SKEW)) * 2
+    pipeline = d["STAGES"] * (d["BM"] * (d["BK"] + SKEW) + d["BK"] * (d["BN"] + SKEW)) * 2
+    epilogue = threads // 32 * d["WM"] * (d["WN"] + 4) * 4 if d["STAGED_EPILOGUE"] else 0  # staged C, rows padded
+    shared = max(pipeline, epilogue)
     if shared > MAX_SHARED_BYTES:
         raise ValueError(f"defines: {shared:,} bytes of shared memory per block, over the {MAX_SHARED_BYTES:,} a "
                          f"block may have; got {d}")

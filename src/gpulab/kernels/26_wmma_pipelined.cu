@@ -16,6 +16,10 @@
 //   work on tile t, the copies of tiles t+1 ... t+STAGES-1 are in flight. cp.async.wait_group waits until
 //   at most STAGES-2 groups of copies are still pending, i.e. tile t has landed.
 //
+// Two options, off by default, for the sweep to try: GROUP_M > 1 orders the blocks so that neighbours in launch
+// order work on GROUP_M rows of tiles (more reuse of A and B in L2); STAGED_EPILOGUE = 1 writes C through shared
+// memory, so that each warp stores whole rows in 16-byte pieces instead of the fragments' 8-byte ones.
+//
 // The sizes are macros, so that a sweep can compile variants with -D. Needs M, N and K to be multiples
 // of 16 (the edges of the block tile are zero-filled and their stores skipped). Launch with
 // ceil(N/BN) x ceil(M/BM) blocks of THREADS threads and SHARED_BYTES of dynamic shared memory.
@@ -37,6 +41,12 @@
 #ifndef STAGES
 #define STAGES 3
 #endif
+#ifndef GROUP_M  // block rasterization: consecutive blocks walk down GROUP_M rows of tiles (1: row by row)
+#define GROUP_M 1
+#endif
+#ifndef STAGED_EPILOGUE  // 1: write C through shared memory, in whole 16-byte pieces per lane
+#define STAGED_EPILOGUE 0
+#endif
 #define WARPS_N (BN / WN)
 #define THREADS (32 * (BM / WM) * (BN / WN))
 #define FM (WM / 16)  // accumulator fragments per warp, down
@@ -46,7 +56,10 @@
 #define LDB (BN + SKEW)
 #define A_STAGE (BM * LDA)
 #define B_STAGE (BK * LDB)
-#define SHARED_BYTES (STAGES * (A_STAGE + B_STAGE) * 2)
+#define LDC (WN + 4)  // row length, in floats, of a warp's staged tile of C (16 bytes of padding)
+#define PIPELINE_BYTES (STAGES * (A_STAGE + B_STAGE) * 2)
+#define EPILOGUE_BYTES (STAGED_EPILOGUE ? THREADS / 32 * WM * LDC * 4 : 0)
+#define SHARED_BYTES (PIPELINE_BYTES > EPILOGUE_BYTES ? PIPELINE_BYTES : EPILOGUE_BYTES)
 #define CHUNKS_A (BM * BK / 8)  // 16-byte pieces (8 halves) of a tile of A
 #define CHUNKS_B (BK * BN / 8)
 
@@ -90,6 +103,13 @@ __device__ __forceinline__ void store_c(float *p, const float (&d)[8], int ld)  
                     "r"(ld) : "memory");
 }
 
+__device__ __forceinline__ void store_c_shared(unsigned address, const float (&d)[8], int ld)  // ... to shared memory
+{
+    asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.shared.f32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"
+                 :: "r"(address), "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]),
+                    "f"(d[7]), "r"(ld) : "memory");
+}
+
 // 16 bytes from global memory to the shared-memory address, asynchronously; zeros where the piece lies outside.
 __device__ __forceinline__ void copy16(unsigned address, const half_bits *global, bool inside)
 {
@@ -111,8 +131,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     extern __shared__ __align__(128) half_bits shared[];
     // Shared-memory addresses (bytes) of the stages of A, then of B.
     const unsigned As = static_cast<unsigned>(__cvta_generic_to_shared(shared)), Bs = As + STAGES * A_STAGE * 2;
-    const int t = threadIdx.x, warp = t / 32;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    int tile_m = blockIdx.y, tile_n = blockIdx.x;
+    if (GROUP_M > 1) {  // blocks start in launch order: let neighbours in that order share tiles of A and B in L2
+        const int id = blockIdx.y * gridDim.x + blockIdx.x, in_group = id % (GROUP_M * gridDim.x);
+        const int first = id / (GROUP_M * gridDim.x) * GROUP_M, rows = min(GROUP_M, (int)gridDim.y - first);
+        tile_m = first + in_group % rows, tile_n = in_group / rows;
+    }
+    const int row0 = tile_m * BM, col0 = tile_n * BN;
     const int wr = warp / WARPS_N * WM, wc = warp % WARPS_N * WN;
     const int tiles = (K + BK - 1) / BK;
 
@@ -163,6 +189,25 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
                 for (int j = 0; j < FN; ++j) mma(acc[i][j], a[i], b[j]);
         }
+    }
+    if (STAGED_EPILOGUE) {  // each warp stages its WM x WN tile of C, then writes whole rows with 16-byte stores
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads();  // every warp is done with the pipeline's shared memory, which the staging reuses
+        const unsigned staged = As + warp * WM * LDC * 4;
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+            for (int j = 0; j < FN; ++j) store_c_shared(staged + (i * 16 * LDC + j * 16) * 4, acc[i][j], LDC);
+        __syncwarp();
+        const float *tile = reinterpret_cast<const float *>(shared) + warp * WM * LDC;
+#pragma unroll 4
+        for (int e = lane; e < WM * WN / 4; e += 32) {  // a warp writes 512 contiguous bytes per step
+            const int r = e / (WN / 4), c = e % (WN / 4) * 4, row = row0 + wr + r, col = col0 + wc + c;
+            if (row < M && col < N)
+                *reinterpret_cast<float4 *>(C + (size_t)row * N + col) =
+                    *reinterpret_cast<const float4 *>(tile + r * LDC + c);
+        }
+        return;
     }
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
