@@ -283,6 +283,15 @@ PIPELINED = pipelined()
 KERNELS = (NAIVE, PIPELINED)
 
 
+def unavailable(kernel: WmmaKernel) -> str | None:
+    """None if this GPU can run ``kernel``; otherwise why not (the pipelined kernel's cp.async needs Ampere)."""
+    if kernel.file == PIPELINED.file and kernels.on_gpu() and torch.cuda.get_device_capability() < (8, 0):
+        major, minor = torch.cuda.get_device_capability()
+        return (f"cp.async, which {kernel.file}.cu uses, needs compute capability 8.0 (Ampere) or later; "
+                f"this GPU is {major}.{minor}")
+    return None
+
+
 def resources(kernel: WmmaKernel) -> dict:
     """Registers (from the compiler), shared memory, and the resident blocks per SM they allow on this GPU
     (or on an H100 without one)."""
@@ -376,6 +385,11 @@ def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)
     peak = specs.present()
     rows = []
     for kernel in (NAIVE, *(pipelined(**v) for v in variants)):
+        reason = unavailable(kernel)
+        if reason is not None:
+            rows.append({"name": kernel.label, "file": kernel.file, "unit": specs.TENSOR_CORES,
+                         "status": f"not available: {reason}"})
+            continue
         check(kernel, check_m, check_n, check_k, device)
         error = check(kernel, n, n, n, device)
         A, B = _fp16_operands(n, n, n, device)
@@ -383,16 +397,19 @@ def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)
         rows.append({"name": kernel.label, "file": kernel.file, "unit": specs.TENSOR_CORES,
                      "tile": f"{kernel.tile[0]}x{kernel.tile[1]}", **dict(kernel.defines),
                      **_measure(prepared(kernel, A, B, C), n, n, n, device), "relative_error": error,
-                     **resources(kernel)})
-    rows.append({"name": "cuBLAS float16", "file": "cuBLAS", "unit": specs.TENSOR_CORES, **_cublas_fp16(n, device)})
+                     **resources(kernel), "status": "ok"})
+    rows.append({"name": "cuBLAS float16", "file": "cuBLAS", "unit": specs.TENSOR_CORES, **_cublas_fp16(n, device),
+                 "status": "ok"})
     for r in gemm.worklog(n, steps=[gemm.BEST]):
         rows.append({"name": f"SGEMM step {r['step']}, {r['label']}" if r["step"] else "cuBLAS float32 (TF32 off)",
                      "file": r["file"], "unit": specs.CUDA_CORES, "tile": r.get("tile"), "seconds": r["seconds"],
                      "spread": r["spread"], "tflops": r["tflops"], "relative_error": r["relative_error"],
                      **{key: r[key] for key in ("registers", "shared_bytes", "spill_bytes", "threads",
-                                                "blocks_per_sm") if key in r}})
+                                                "blocks_per_sm") if key in r}, "status": "ok"})
     cublas = next(r["tflops"] for r in rows if r["name"] == "cuBLAS float16")
     for r in rows:
+        if r["status"] != "ok":
+            continue
         precision = "float16" if r["unit"] == specs.TENSOR_CORES else "float32"
         r.update(n=n, fraction_of_cublas_fp16=r["tflops"] / cublas,
                  fraction_of_peak=r["tflops"] / specs.peak(peak, precision, r["unit"]).tflops if peak else None)
@@ -404,7 +421,7 @@ def wmma_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
     labelled with the share of cuBLAS float16."""
     fig = go.Figure()
     for i, unit in enumerate((specs.TENSOR_CORES, specs.CUDA_CORES)):
-        chosen = [r for r in rows if r["unit"] == unit]
+        chosen = [r for r in rows if r["unit"] == unit and r.get("status", "ok") == "ok"]
         fig.add_trace(go.Bar(
             x=[r["name"] for r in chosen], y=[r["tflops"] for r in chosen], name=f"on the {unit}",
             marker_color=plots.PALETTE[i], marker_pattern_shape=("", "/")[i], textposition="outside",
