@@ -9,7 +9,7 @@ A mixed-precision training step in PyTorch {micikevicius2018mixed} is::
     scaler.step(optimizer)  # unscales the gradients; skips optimizer.step() if one is inf or NaN
     scaler.update()  # lowers the scale after an overflow, raises it after a run of clean steps
 
-(:func:`reference_step`; :func:`reference_clipped_step` clips the gradients between a
+(:func:`gpulab.amp.amp_step`, here ``reference_step``; :func:`reference_clipped_step` clips the gradients between a
 ``scaler.unscale_(optimizer)`` and the step). The usual mistakes leave traces that the functions here
 look for, so that a lab can name the mistake instead of saying "wrong answer":
 
@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from gpulab import checks, env, kernel_checks, mlp
+from gpulab.amp import amp_step
 from gpulab.validation import dtype_name
 
 PROBLEMS = ("ok", "error", "no forward", "no autocast", "wrong dtype", "no backward", "autocast around backward",
@@ -111,16 +112,7 @@ class Diagnosis(kernel_checks.Diagnosis):
 # The reference steps
 
 
-def reference_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   X: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """One AMP training step, the way PyTorch's AMP recipe writes it; returns the (unscaled) loss."""
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(X.device.type, dtype=dtype):
-        loss = F.cross_entropy(model(X), labels)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+reference_step = amp_step  # the step the graders compare a student's with: the mixed-precision chapter's
 
 
 def reference_clipped_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
