@@ -6,9 +6,11 @@ GPU's real clock, sampled), ``specs`` (the GPU table and derived peaks), ``hardw
 chapter's experiments), ``flops`` (operation and byte counts), ``roofline`` (the model), ``blas`` (the
 BLAS chapter's experiments), ``precision`` (number formats, rounding, matmul modes), ``rounding`` (the
 number-formats chapter's experiments), ``mlp``, ``conv``, ``recurrent`` and ``attention`` (the DNN-layer
-chapters: each kind of layer written as GEMMs, and its experiments), ``results`` (live or recorded
-runs), ``plots`` and ``widgets`` (figures and explorers), ``printing`` (source listings, byte counts),
-``checks`` (lab graders), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
+chapters: each kind of layer written as GEMMs, and its experiments), ``kernels``, ``occupancy``, ``threads``,
+``memory`` and ``gemm`` (the CUDA chapters), ``tensor_cores`` and ``amp`` (tensor cores and mixed precision),
+``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers), ``printing`` (source
+listings, byte counts), ``checks`` (lab graders, with ``kernel_checks`` and ``amp_checks`` for the labs that
+diagnose a student's kernel or training step), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
 """
 
 __version__ = "0.1.0"
