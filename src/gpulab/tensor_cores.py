@@ -44,11 +44,13 @@ CHECK_ROWS = 256  # rows of a product compared with float64 (all of them for a s
 # ---------------------------------------------------------------------------------------------
 # Matrix instructions and the peak they imply
 
-# The PTX matrix instructions of each generation: one warp (Volta, Ampere) or one warpgroup of four warps
-# (Hopper's asynchronous wgmma, whose operands come straight from shared memory) computes D = A B + C on
-# an m x n x k tile. WMMA's 16 x 16 x 16 fragments are built from these.
+# The PTX matrix instructions of each generation: a group of threads computes D = A B + C on an m x n x k
+# tile: on Volta each quad-pair of 8 threads (a warp runs four such products at once), on Ampere a warp, on
+# Hopper a warpgroup of four warps (the asynchronous wgmma, whose operands come straight from shared memory).
+# WMMA's 16 x 16 x 16 fragments are built from these.
 MATRIX_INSTRUCTIONS = (
-    {"architecture": "Volta", "instruction": "mma.sync.m8n8k4", "issued by": "a warp", "m": 8, "n": 8, "k": 4},
+    {"architecture": "Volta", "instruction": "mma.sync.m8n8k4", "issued by": "8 threads (4 per warp)",
+     "m": 8, "n": 8, "k": 4},
     {"architecture": "Ampere", "instruction": "mma.sync.m16n8k16", "issued by": "a warp", "m": 16, "n": 8, "k": 16},
     {"architecture": "Hopper", "instruction": "wgmma.mma_async.m64n256k16", "issued by": "a warpgroup (4 warps)",
      "m": 64, "n": 256, "k": 16},
@@ -417,20 +419,27 @@ def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)
 
 
 def wmma_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
-    """TFLOP/s of every kernel of :func:`wmma_comparison` as bars (tensor cores and CUDA cores in two colours),
-    labelled with the share of cuBLAS float16."""
+    """TFLOP/s of every kernel of :func:`wmma_comparison` as horizontal bars in the table's order, tensor cores
+    and CUDA cores in two colours and fills, each bar labelled with its share of cuBLAS float16; a dotted line
+    at half of cuBLAS float16."""
+    ok = [r for r in rows if r.get("status", "ok") == "ok"]
     fig = go.Figure()
     for i, unit in enumerate((specs.TENSOR_CORES, specs.CUDA_CORES)):
-        chosen = [r for r in rows if r["unit"] == unit and r.get("status", "ok") == "ok"]
+        chosen = [r for r in ok if r["unit"] == unit]
         fig.add_trace(go.Bar(
-            x=[r["name"] for r in chosen], y=[r["tflops"] for r in chosen], name=f"on the {unit}",
-            marker_color=plots.PALETTE[i], marker_pattern_shape=("", "/")[i], textposition="outside",
-            text=[f"{r['fraction_of_cublas_fp16']:.0%}" for r in chosen],
+            orientation="h", y=[r["name"] for r in chosen], x=[r["tflops"] for r in chosen], name=f"on the {unit}",
+            marker_color=plots.PALETTE[i], marker_pattern_shape=plots.PATTERNS[i], textposition="outside",
+            text=[f"{r['tflops']:.0f} ({r['fraction_of_cublas_fp16']:.0%})" for r in chosen], cliponaxis=False,
             hovertext=[plots.hover_text(r, ("tflops", "relative_error", "registers", "shared_bytes", "blocks_per_sm"))
                        for r in chosen], hoverinfo="text",
         ))
-    fig.update_layout(title=title, yaxis_title="TFLOP/s (bars labelled with the share of cuBLAS float16)",
-                      xaxis_tickangle=-25, legend=dict(orientation="h", y=-0.45))
+    cublas = next((r["tflops"] for r in ok if r["name"] == "cuBLAS float16"), None)
+    if cublas:
+        fig.add_vline(x=cublas / 2, line_dash="dot", line_color="#444444", annotation_text="half of cuBLAS float16",
+                      annotation_position="bottom right")
+    fig.update_yaxes(autorange="reversed", automargin=True)  # the first row of the table at the top
+    fig.update_layout(title=title, xaxis_title="TFLOP/s (labels: TFLOP/s and the share of cuBLAS float16)",
+                      height=160 + 30 * len(ok), legend=dict(orientation="h", y=-0.15), margin=dict(r=90))
     return fig
 
 

@@ -153,8 +153,9 @@ def test_figures_draw_from_rows():
     rows = [{"name": "WMMA", "unit": "tensor cores", "tflops": 300.0, "fraction_of_cublas_fp16": 0.45},
             {"name": "cuBLAS float16", "unit": "tensor cores", "tflops": 660.0, "fraction_of_cublas_fp16": 1.0},
             {"name": "SGEMM", "unit": "CUDA cores", "tflops": 46.0, "fraction_of_cublas_fp16": 0.07}]
-    figure = tensor_cores.wmma_figure(rows, title="t")
-    assert [len(trace.x) for trace in figure.data] == [2, 1]
+    figure = tensor_cores.wmma_figure([*rows, {"name": "WMMA, pipelined", "unit": "tensor cores",
+                                               "status": "not available: cp.async needs Ampere"}], title="t")
+    assert [list(trace.y) for trace in figure.data] == [["WMMA", "cuBLAS float16"], ["SGEMM"]]
     sweep = tensor_cores.layer_gemms_sweep([{"batch": 8, "inputs": 16, "outputs": o} for o in (15, 16)], "float32")
     figure = tensor_cores.layer_gemms_figure(sweep, "outputs", title="t", x_title="outputs")
     assert len(figure.data) == 4 and list(figure.data[0].x) == ["15", "16 (x8)"]
