@@ -2,7 +2,9 @@
 
 Every request that is not to the local server is blocked. A page fails if it asks for anything from
 outside the book, raises a JavaScript error, leaves a plotly figure undrawn or a formula untypeset,
-or transfers more than 2 MB apart from the plotly.js that all pages share. The local server
+or transfers more than 2 MB apart from the plotly.js that all pages share. It also fails on what
+keeps a page from a reader who cannot see it well: an image without alt text, a figure without a
+title or with an axis that does not say what it measures, or headings that skip a level. The local server
 compresses text with gzip, as GitHub Pages and other web servers do, so the sizes are what a
 reader's browser would download; the test prints them, page by page.
 """
@@ -71,6 +73,27 @@ TRANSFERRED = """() => [...performance.getEntriesByType('navigation'), ...perfor
     .reduce((total, entry) => total + (entry.encodedBodySize || 0), 0)"""
 PAGE_BUDGET = 2 * 10**6  # bytes per page, plotly.js apart
 
+# Each drawn figure's problems: no title, or a visible x/y axis of a chart with no axis title.
+FIGURE_PROBLEMS = """divs => divs.flatMap(div => {
+    const layout = div._fullLayout, given = div.layout || {};  // plotly fills placeholders into _fullLayout
+    if (!layout) return [];
+    const text = title => ((typeof title === 'string' ? title : title && title.text) || '').trim();
+    const title = text(given.title);
+    const problems = title ? [] : ['a figure without a title'];
+    for (const subplot of layout._subplots.cartesian || []) {
+        const [, x, y] = subplot.match(/^x(\\d*)y(\\d*)$/);
+        for (const name of ['xaxis' + x, 'yaxis' + y]) {
+            if (layout[name] && layout[name].visible !== false && !text((given[name] || {}).title)) {
+                problems.push(`"${title.slice(0, 60)}": ${name} has no title`);
+            }
+        }
+    }
+    return problems;
+})"""
+# Heading levels of the article itself (the theme repeats the title in its header bar).
+HEADING_LEVELS = "() => [...document.querySelectorAll('article h1, article h2, article h3, article h4, article h5, " \
+                 "article h6')].map(heading => Number(heading.tagName[1]))"
+
 
 def visit(browser, server: str, path: str) -> dict:
     """Load one page offline; return its JavaScript errors, blocked requests and figure states."""
@@ -95,9 +118,23 @@ def visit(browser, server: str, path: str) -> dict:
         page.wait_for_selector("mjx-container", timeout=10_000)
     typeset = page.eval_on_selector_all("mjx-container", "nodes => nodes.length")
     transferred = page.evaluate(TRANSFERRED)
+    problems = accessibility_problems(page)
     page.close()
     return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset,
-            "bytes": transferred}
+            "bytes": transferred, "accessibility": problems}
+
+
+def accessibility_problems(page) -> list[str]:
+    """Images without alt text, figures without a title or an axis title, and headings that skip a level."""
+    unlabelled = page.eval_on_selector_all("article img", "imgs => imgs.filter(i => !(i.alt || '').trim())"
+                                                          ".map(i => i.getAttribute('src'))")
+    problems = [f"image without alt text: {src}" for src in unlabelled]
+    problems += page.eval_on_selector_all(".plotly-graph-div", FIGURE_PROBLEMS)
+    levels = page.evaluate(HEADING_LEVELS)
+    if levels and levels[0] != 1:
+        problems.append(f"headings start at h{levels[0]}")
+    problems += [f"heading h{a} followed by h{b}" for a, b in zip(levels, levels[1:], strict=False) if b > a + 1]
+    return problems
 
 
 def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser, capsys):
@@ -114,6 +151,8 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
         if not all(result["figures"]):
             missing = result["figures"].count(False)
             failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
+        if result["accessibility"]:
+            failures.append(f"{path}: {'; '.join(result['accessibility'])}")
         if result["typeset"] < result["math"]:
             failures.append(f"{path}: {result['math'] - result['typeset']} of {result['math']} formulas not typeset")
     if blocked:
@@ -144,3 +183,16 @@ def test_gpu_comparison_menus_work_without_a_kernel(built_book, server, browser)
     page.close()
     assert bars_b == "T4" and "T4" in legend, (bars_b, legend)
     assert column_b[0] == "40", column_b  # the T4 has 40 SMs
+
+
+def test_accessibility_check_names_each_problem(built_book, browser):
+    """The page check is not vacuous: on a page with each fault, it names all three."""
+    page = browser.new_page()
+    page.set_content("<article><h1>Title</h1><h3>Skipped a level</h3><img src='x.png'>"
+                     "<div id='figure' class='plotly-graph-div'></div></article>")
+    page.add_script_tag(path=str(built_book / "_static" / "plotly.min.js"))
+    page.evaluate("() => Plotly.newPlot('figure', [{x: [1, 2], y: [3, 4]}], "
+                  "{title: {text: 'Rate'}, xaxis: {title: {text: 'n'}}})")
+    problems = accessibility_problems(page)
+    page.close()
+    assert problems == ["image without alt text: x.png", '"Rate": yaxis has no title', "heading h1 followed by h3"]

@@ -189,10 +189,11 @@ def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title:
 
 
 def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, title: str, y_title: str,
-                log_y: bool = False, hover: Sequence[str] = ()) -> go.Figure:
+                x_title: str | None = None, log_y: bool = False, hover: Sequence[str] = ()) -> go.Figure:
     """Grouped bars: one group per row (labelled by ``row[category]``), one bar per ``series`` {legend: key}.
 
-    A row without a value for a key gets no bar in that series.
+    The x axis is titled ``x_title``, by default ``category``: what the groups are. A row without a
+    value for a key gets no bar in that series.
     """
     fig = go.Figure()
     for i, (label, key) in enumerate(series.items()):
@@ -202,7 +203,8 @@ def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, 
             marker_color=PALETTE[i % len(PALETTE)], hovertext=[hover_text(r, hover) for r in present],
             text=[f"{r[key]:,.3g}" for r in present], textposition="outside",
         ))
-    fig.update_layout(title=title, yaxis_title=y_title, barmode="group")
+    fig.update_layout(title=title, xaxis_title=category if x_title is None else x_title, yaxis_title=y_title,
+                      barmode="group")
     fig.update_yaxes(type="log" if log_y else "linear")
     return fig
 
@@ -252,6 +254,7 @@ def gpu_comparison_figure(table: dict[str, list[dict]], a: str, b: str, *, title
     fig.add_annotation(text="GPU B", x=0.22, y=1.23, xref="paper", yref="paper", showarrow=False, xanchor="left")
     fig.update_layout(title=title, updatemenus=[menu(0, 2, a, 0.0), menu(1, 3, b, 0.22)], height=640,
                       barmode="group", legend=dict(orientation="h", y=-0.3), margin=dict(t=110))
+    fig.update_xaxes(title="number format", row=1, col=1)
     fig.update_yaxes(type="log", title="dense peak (TFLOP/s; TOPS for int8)", row=1, col=1)
     return fig
 
@@ -291,7 +294,8 @@ def bit_layout_figure(formats: Iterable, *, title: str = "Bit layouts of the num
                            text=f"  eps {f.epsilon:.3g}, max {f.largest:.3g}")
     fig.update_layout(title=title, barmode="overlay", bargap=0.25, height=120 + 45 * len(formats),
                       xaxis=dict(title="bits, most significant first", range=[0, 84], dtick=8, showgrid=False),
-                      yaxis=dict(categoryorder="array", categoryarray=names, autorange="reversed", showgrid=False),
+                      yaxis=dict(title="format", automargin=True, categoryorder="array", categoryarray=names,
+                                 autorange="reversed", showgrid=False),
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=110))
     return fig
 

@@ -107,6 +107,16 @@ def test_roofline_figures():
     assert list(bound.y) == [1000.0, 16000.0]  # min(P, B q) with B = 1e12 B/s and P = 5e13 FLOP/s
 
 
+def test_shared_figures_title_every_axis():
+    """The book's browser test fails a figure with an untitled axis: the shared builders title theirs."""
+    rows = [{"layer": "a", "t": 1.0}, {"layer": "b", "t": 2.0}]
+    assert plots.bars_figure(rows, "layer", {"time": "t"}, title="t", y_title="s").layout.xaxis.title.text == "layer"
+    named = plots.bars_figure(rows, "layer", {"time": "t"}, title="t", y_title="s", x_title="convolution layer")
+    assert named.layout.xaxis.title.text == "convolution layer"
+    table = {g: [{"metric": "peak float16", "value": v, "peak": True}] for g, v in (("A", 1.0), ("B", 2.0))}
+    comparison = plots.gpu_comparison_figure(table, "A", "B", title="c").layout
+    assert comparison.xaxis.title.text and comparison.yaxis.title.text
+
 def shown(output):
     """What an explorer's output area shows: its text, and the plotly figures it displays."""
     text = "".join(o.get("text", "") for o in output.outputs)

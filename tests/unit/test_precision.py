@@ -261,6 +261,7 @@ def test_bit_layout_figure_draws_every_bit():
     assert widths["exponent"]["float16"] == 5 and widths["fraction"]["bfloat16"] == 7
     assert widths["unused by tf32"] == {"tf32": 13}
     assert len(fig.layout.shapes) == sum(f.storage_bits - 1 for f in FORMATS.values())
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text == "format"
 
 
 def test_rounding_explorer_shows_every_format():
