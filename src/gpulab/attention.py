@@ -12,7 +12,6 @@ into GEMM and the rest.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 
@@ -21,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpulab import env, timing
+from gpulab import env, profiling, timing
 from gpulab.correctness import check_close, random_tensor
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
 
@@ -241,24 +240,6 @@ def _is_under_optimizer(event) -> bool:
     return False
 
 
-def _is_annotation(event) -> bool:
-    """A record_function range drawn on the GPU's timeline (e.g. 'Optimizer.step#AdamW.step'), not a kernel:
-    it spans kernels that are counted on their own."""
-    name = event.name
-    return bool(getattr(event, "is_user_annotation", False)) or "#" in name or name.startswith("ProfilerStep")
-
-
-def _device_kernels(profile) -> list[tuple[str, float]]:
-    """(name, seconds) of every kernel, memcpy and memset the GPU ran during ``profile``."""
-    from torch.autograd import DeviceType
-
-    found = [(e.name, e.time_range.elapsed_us() / 1e6) for e in profile.events()
-             if e.device_type == DeviceType.CUDA and not _is_annotation(e)]
-    if not found:  # older profilers attach kernels to the CPU operator that launched them
-        found = [(k.name, k.duration / 1e6) for e in profile.events() for k in getattr(e, "kernels", [])]
-    return found
-
-
 def profile_training_step(layers: int, d_model: int, heads: int, d_ff: int, batch: int, seq_len: int,
                           precision: str = "float32", steps: int = 3, device: torch.device | None = None) -> list[dict]:
     """Profile ``steps`` training steps (forward, backward, AdamW) of :func:`transformer`; a row per category.
@@ -269,8 +250,6 @@ def profile_training_step(layers: int, d_model: int, heads: int, d_ff: int, batc
     (autocast: GEMMs in bfloat16, weights and optimizer in float32). Each row has the category, its
     seconds per step, its share of the profiled time, and the step's wall time measured without the profiler.
     """
-    from torch.profiler import ProfilerActivity, profile
-
     device = device or env.device()
     label = supported_dtype("precision", precision, device)
     if label not in ("float32", "bfloat16") or (label == "bfloat16" and device.type != "cuda"):
@@ -297,15 +276,9 @@ def profile_training_step(layers: int, d_model: int, heads: int, d_ff: int, batc
     if not math.isfinite(first):
         raise AssertionError(f"training step: the loss is {first}")
     step_seconds = timing.measure(step, device=device, warmup=2, flush_l2=False).median_s
-    # kineto writes a line to stderr at every profiler start and stop; it reads this once, at its first use
-    os.environ.setdefault("KINETO_LOG_LEVEL", "99")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities, acc_events=True) as prof:  # one cycle; without it torch warns
-        for _ in range(steps):
-            step()
-        timing.synchronize(device)
+    prof = profiling.profile_calls(step, device, calls=steps)
     if device.type == "cuda":
-        timed = [(classify(name), seconds) for name, seconds in _device_kernels(prof)]
+        timed = [(classify(name), seconds) for name, seconds in profiling.device_kernels(prof)]
         source = "GPU kernels"
     else:
         timed = [("optimizer" if _is_under_optimizer(e) else classify(e.name, OPERATOR_PATTERNS),

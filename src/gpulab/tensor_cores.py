@@ -24,14 +24,13 @@ GPU (CUDA C through CuPy); without one they are only compiled (:func:`gpulab.ker
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import torch
 
-from gpulab import env, flops, gemm, kernels, occupancy, plots, specs, timing
+from gpulab import env, flops, gemm, kernels, occupancy, plots, profiling, specs, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
 from gpulab.mlp import layer_gemms
@@ -472,17 +471,9 @@ def _with_setting(setting: Mapping, fn: Callable[[], object]) -> object:
 def kernels_run(fn: Callable[[], object], device: torch.device) -> list[str]:
     """The names of the GPU kernels one call of ``fn()`` launched (from ``torch.profiler``); on a CPU, the
     names of the operators it ran."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from gpulab.attention import _device_kernels  # the one reader of a profile's GPU kernels
-
-    os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # kineto would print a line at every start and stop
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities, acc_events=True) as prof:
-        fn()
-        timing.synchronize(device)
+    prof = profiling.profile_calls(fn, device)
     if device.type == "cuda":
-        names = [name for name, _ in _device_kernels(prof)]
+        names = [name for name, _ in profiling.device_kernels(prof)]
     else:
         names = [e.name for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
     return list(dict.fromkeys(names))  # each name once, in order

@@ -1,0 +1,54 @@
+"""Which kernels ran: one call of a function under ``torch.profiler``, and the GPU kernels of a profile.
+
+Several chapters ask the same question of different code (which GEMM kernel cuBLAS chose, which
+algorithm cuDNN picked, how many kernels a fused chain launches, where a training step spends its
+time), so the profiler is set up here, once. On a GPU the answer is the list of kernels, copies and
+memsets the device ran, each with its duration; on a CPU there are no kernels, only the operators the
+profiler saw, which callers read from the returned profile themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from gpulab import timing
+from gpulab.validation import positive_int
+
+
+def profile_calls(fn: Callable[[], object], device: torch.device, calls: int = 1):
+    """Run ``fn()`` ``calls`` times under ``torch.profiler`` (CPU activity, and CUDA on a GPU); return the profile.
+
+    The device is synchronised before the profile closes, so every kernel the calls launched is in it.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    calls = positive_int("calls", calls)
+    # kineto writes a line to stderr at every profiler start and stop; it reads this once, at its first use
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities, acc_events=True) as prof:
+        for _ in range(calls):
+            fn()
+        timing.synchronize(device)
+    return prof
+
+
+def _is_annotation(event) -> bool:
+    """A record_function range drawn on the GPU's timeline (e.g. 'Optimizer.step#AdamW.step'), not a kernel:
+    it spans kernels that are counted on their own."""
+    name = event.name
+    return bool(getattr(event, "is_user_annotation", False)) or "#" in name or name.startswith("ProfilerStep")
+
+
+def device_kernels(profile) -> list[tuple[str, float]]:
+    """(name, seconds) of every kernel, memcpy and memset the GPU ran during ``profile``, in order."""
+    from torch.autograd import DeviceType
+
+    found = [(e.name, e.time_range.elapsed_us() / 1e6) for e in profile.events()
+             if e.device_type == DeviceType.CUDA and not _is_annotation(e)]
+    if not found:  # older profilers attach kernels to the CPU operator that launched them
+        found = [(k.name, k.duration / 1e6) for e in profile.events() for k in getattr(e, "kernels", [])]
+    return found
