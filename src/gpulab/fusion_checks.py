@@ -233,14 +233,26 @@ def fused_per_element(x, bias, residual, out):
 
 @cuda.jit
 def fused_rows(x, bias, residual, out):
-    """The same, with the grid covering the columns once and each thread stepping down the rows by the grid's height."""
-    col, first_row = cuda.grid(2)
+    """The same, with the grid covering the columns once and each thread stepping down the rows by the grid's
+    height, four rows at a time: all eight loads of a step are issued before the first store, so that each
+    thread keeps 32 bytes in flight instead of 8 (chapter 8, "bytes in flight")."""
+    col, row = cuda.grid(2)
     if col < out.shape[1]:
         b = bias[col]  # loaded once, used for every row this thread visits
         _, step = cuda.gridsize(2)
-        for row in range(first_row, out.shape[0], step):
-            value = x[row, col] + b
-            out[row, col] = (value if value > DTYPE(0) else DTYPE(0)) + residual[row, col]
+        rows, zero = out.shape[0], DTYPE(0)
+        while row + 3 * step < rows:  # four whole rows left for this thread
+            x0, x1, x2, x3 = x[row, col], x[row + step, col], x[row + 2 * step, col], x[row + 3 * step, col]
+            r0, r1 = residual[row, col], residual[row + step, col]
+            r2, r3 = residual[row + 2 * step, col], residual[row + 3 * step, col]
+            out[row, col] = max(x0 + b, zero) + r0
+            out[row + step, col] = max(x1 + b, zero) + r1
+            out[row + 2 * step, col] = max(x2 + b, zero) + r2
+            out[row + 3 * step, col] = max(x3 + b, zero) + r3
+            row += 4 * step
+        while row < rows:  # the last few rows, one at a time
+            out[row, col] = max(x[row, col] + b, zero) + residual[row, col]
+            row += step
 
 
 def covering_grid(rows: int, cols: int, threads: tuple[int, int]) -> tuple[int, int]:

@@ -36,11 +36,16 @@ def profile_calls(fn: Callable[[], object], device: torch.device, calls: int = 1
     return prof
 
 
-def _is_annotation(event) -> bool:
+def is_annotation(event) -> bool:
     """A record_function range drawn on the GPU's timeline (e.g. 'Optimizer.step#AdamW.step'), not a kernel:
-    it spans kernels that are counted on their own."""
+    it spans kernels that are counted on their own.
+
+    A '#' alone does not make an annotation: kernels written as C++ lambdas carry one in their names
+    ('at::native::vectorized_elementwise_kernel<4, ...{lambda(float)#1}...>'), always with a namespace.
+    """
     name = event.name
-    return bool(getattr(event, "is_user_annotation", False)) or "#" in name or name.startswith("ProfilerStep")
+    return (bool(getattr(event, "is_user_annotation", False)) or name.startswith("ProfilerStep")
+            or ("#" in name and "::" not in name))
 
 
 def device_kernels(profile) -> list[tuple[str, float]]:
@@ -48,7 +53,7 @@ def device_kernels(profile) -> list[tuple[str, float]]:
     from torch.autograd import DeviceType
 
     found = [(e.name, e.time_range.elapsed_us() / 1e6) for e in profile.events()
-             if e.device_type == DeviceType.CUDA and not _is_annotation(e)]
+             if e.device_type == DeviceType.CUDA and not is_annotation(e)]
     if not found:  # older profilers attach kernels to the CPU operator that launched them
         found = [(k.name, k.duration / 1e6) for e in profile.events() for k in getattr(e, "kernels", [])]
     return found

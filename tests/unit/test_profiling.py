@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -40,3 +42,19 @@ def test_a_gpu_profile_lists_the_kernels_with_their_durations():
     a = torch.randn(512, 512, device=device)
     kernels = profiling.device_kernels(profiling.profile_calls(lambda: a @ a, device, calls=2))
     assert len(kernels) >= 2 and all(seconds > 0 for _, seconds in kernels)
+
+
+@pytest.mark.parametrize(("name", "annotation"), [
+    ("Optimizer.step#AdamW.step", True),
+    ("ProfilerStep#3", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+     "at::native::GeluType)::{lambda()#1}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >", False),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", False),
+    ("triton_poi_fused_add_gelu_native_dropout_0", False),
+])
+def test_lambda_kernels_are_kernels_and_ranges_are_annotations(name, annotation):
+    assert profiling.is_annotation(SimpleNamespace(name=name)) is annotation
+
+
+def test_a_user_annotation_is_recognised_by_its_flag():
+    assert profiling.is_annotation(SimpleNamespace(name="my range", is_user_annotation=True))
