@@ -8,9 +8,13 @@ BLAS chapter's experiments), ``precision`` (number formats, rounding, matmul mod
 number-formats chapter's experiments), ``mlp``, ``conv``, ``recurrent`` and ``attention`` (the DNN-layer
 chapters: each kind of layer written as GEMMs, and its experiments), ``kernels``, ``occupancy``, ``threads``,
 ``memory`` and ``gemm`` (the CUDA chapters), ``tensor_cores`` and ``amp`` (tensor cores and mixed precision),
-``results`` (live or recorded runs), ``plots`` and ``widgets`` (figures and explorers), ``printing`` (source
-listings, byte counts), ``checks`` (lab graders, with ``kernel_checks`` and ``amp_checks`` for the labs that
-diagnose a student's kernel or training step), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
+``cudnn`` (convolution algorithms and cuDNN's switches), ``fusion`` and ``blocked_attention`` (memory-bound
+layers, fused kernels, the online softmax), ``batched`` (many small problems, LU), ``sparsity`` (2:4
+structured sparsity), ``distributed`` and ``ddp`` (parallelism, all-reduce, DistributedDataParallel under
+torchrun), ``profiling`` (which kernels ran), ``results`` (live or recorded runs), ``plots`` and ``widgets``
+(figures and explorers), ``printing`` (source listings, byte counts), ``checks`` (lab graders, with
+``kernel_checks``, ``amp_checks``, ``conv_choice_checks``, ``fusion_checks`` and ``allreduce_checks`` for the
+labs that diagnose a student's code), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
 """
 
 __version__ = "0.1.0"
