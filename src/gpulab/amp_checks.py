@@ -37,6 +37,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -103,9 +104,7 @@ class Diagnosis(kernel_checks.Diagnosis):
     :func:`gpulab.kernel_checks.grade` records it as a lab check.
     """
 
-    def __post_init__(self) -> None:
-        if self.problem not in PROBLEMS:
-            raise ValueError(f"problem: one of {PROBLEMS}, got {self.problem!r}")
+    problems: ClassVar[tuple[str, ...]] = PROBLEMS
 
 
 # ---------------------------------------------------------------------------------------------

@@ -384,7 +384,8 @@ def measure_memory(spec: ConvLayer | dict, dtype: str = "float32", tile_bytes: i
     return row
 
 
-def _by_label(layers: Sequence[ConvLayer | dict]) -> dict[str, ConvLayer]:
+def layers_by_name(layers: Sequence[ConvLayer | dict]) -> dict[str, ConvLayer]:
+    """The layers keyed by their names (or descriptions); an empty list or two layers of one name is an error."""
     shapes = [layer(spec) for spec in layers]
     if not shapes:
         raise ValueError("layers: expected at least one layer, got an empty list")
@@ -397,7 +398,7 @@ def _by_label(layers: Sequence[ConvLayer | dict]) -> dict[str, ConvLayer]:
 def memory_sweep(layers: Sequence[ConvLayer | dict], dtype: str = "float32",
                  tile_bytes: int = TILE_BYTES) -> list[dict]:
     """:func:`measure_memory` for every layer; a layer too big for memory is a row saying so."""
-    named = _by_label(layers)
+    named = layers_by_name(layers)
     return run_sweep(lambda layer, dtype: measure_memory(named[layer], dtype, tile_bytes),
                      [{"layer": label, "dtype": dtype} for label in named])
 
@@ -471,7 +472,7 @@ def measure_layer(spec: ConvLayer | dict, dtype: str = "float32", methods: Seque
 def layers_sweep(layers: Sequence[ConvLayer | dict], dtypes: Sequence[str], methods: Sequence[str] = METHODS,
                  direct_max_positions: int = 784, tile_bytes: int = TILE_BYTES) -> list[dict]:
     """:func:`measure_layer` for every dtype and layer; a layer too big for memory is one row saying so."""
-    named = _by_label(layers)
+    named = layers_by_name(layers)
 
     def measure(layer: str, dtype: str) -> dict:
         return {"rows": measure_layer(named[layer], dtype, methods, direct_max_positions, tile_bytes)}

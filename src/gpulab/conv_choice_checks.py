@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import ClassVar
 
 import plotly.graph_objects as go
 import torch
@@ -76,9 +77,7 @@ class Diagnosis(kernel_checks.Diagnosis):
     :func:`gpulab.kernel_checks.grade` records it as a lab check.
     """
 
-    def __post_init__(self) -> None:
-        if self.problem not in PROBLEMS:
-            raise ValueError(f"problem: one of {PROBLEMS}, got {self.problem!r}")
+    problems: ClassVar[tuple[str, ...]] = PROBLEMS
 
 
 @dataclass(frozen=True)

@@ -843,16 +843,6 @@ def measure_passes(spec: conv.ConvLayer | dict, dtype: str = "float32", determin
 # The experiments: each returns rows, so that a GPU run can be recorded
 
 
-def _named(layers: Sequence[conv.ConvLayer | dict]) -> dict[str, conv.ConvLayer]:
-    shapes = [conv.layer(spec) for spec in layers]
-    if not shapes:
-        raise ValueError("layers: expected at least one layer, got an empty list")
-    named = {shape.name or shape.describe(): shape for shape in shapes}
-    if len(named) != len(shapes):
-        raise ValueError("layers: two layers have the same name; give each its own")
-    return named
-
-
 def _sweep(measure: Callable[..., dict], points: list[dict], fixed: dict) -> list[dict]:
     """run_sweep over ``points``: a point too big for memory is a row saying so, with ``fixed`` added."""
     return [{**fixed, **row} for row in run_sweep(measure, points)]
@@ -864,7 +854,7 @@ def benchmark_sweep(layers: Sequence[conv.ConvLayer | dict], dtype: str = "float
     on (the autotuner times the candidates at the first call): a row per layer and setting, from
     :func:`measure_conv`, with the first call's time and memory, the steady-state time and workspace, the
     im2col matrix's size for comparison, and the kernels that ran."""
-    named = _named(layers)
+    named = conv.layers_by_name(layers)
 
     def measure(layer: str, benchmark: bool) -> dict:
         return measure_conv(named[layer], "conv2d", dtype, layout, benchmark=benchmark)
@@ -879,7 +869,7 @@ def layouts_precisions_sweep(layers: Sequence[conv.ConvLayer | dict], precisions
     """torch's convolution on every layer in every precision and layout (and, with ``im2col``, gpulab's
     im2col + GEMM on NCHW data beside it), with ``cudnn.benchmark`` as given. A precision this device does
     not compute in gives one row with status 'not run' and the reason."""
-    named, device, rows = _named(layers), env.device(), []
+    named, device, rows = conv.layers_by_name(layers), env.device(), []
     for precision in precisions:
         try:
             supported_dtype("precisions", precision, device)
@@ -946,7 +936,7 @@ def deterministic_sweep(layers: Sequence[conv.ConvLayer | dict], dtype: str = "f
                         benchmark: bool = True) -> list[dict]:
     """Each layer's forward pass and both backward convolutions with ``cudnn.deterministic`` off and on: a row
     per layer, setting and pass from :func:`measure_passes`, with the time and whether repeats agreed bit for bit."""
-    named = _named(layers)
+    named = conv.layers_by_name(layers)
 
     def measure(layer: str, deterministic: bool) -> dict:
         return {"rows": measure_passes(named[layer], dtype, deterministic, benchmark, repeats)}

@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -57,14 +58,19 @@ GUARD = 64  # elements of guard zone after a vector's end
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What a kernel's output showed: ``problem`` is one of :data:`PROBLEMS`, ``detail`` says where."""
+    """What a kernel's output showed: ``problem`` is one of :data:`PROBLEMS`, ``detail`` says where.
+
+    A lab's grader module makes its own kind by subclassing with its own ``problems``; :func:`grade`
+    records any of them as a lab check.
+    """
 
     problem: str
     detail: str
+    problems: ClassVar[tuple[str, ...]] = PROBLEMS
 
     def __post_init__(self) -> None:
-        if self.problem not in PROBLEMS:
-            raise ValueError(f"problem: one of {PROBLEMS}, got {self.problem!r}")
+        if self.problem not in self.problems:
+            raise ValueError(f"problem: one of {self.problems}, got {self.problem!r}")
 
     @property
     def ok(self) -> bool:
