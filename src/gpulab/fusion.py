@@ -332,9 +332,18 @@ def check_fused(x: torch.Tensor, bias: torch.Tensor, p: float, seed: int, approx
 # ---------------------------------------------------------------------------------------------
 
 def _short_name(name: str) -> str:
-    """A kernel's name without its return type and argument list: 'at::native::vectorized_elementwise_kernel<...>'."""
-    name = name.removeprefix("void ")
-    return name.split("(")[0][:120]
+    """A kernel's name without its return type, anonymous namespaces and argument list, at most 120 characters:
+    'void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, ...>(...)' becomes
+    'at::native::fused_dropout_kernel_vec<float, ...>'. The argument list is the first '(' outside the
+    template's angle brackets (a template argument may hold parentheses of its own)."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    depth = 0
+    for i, char in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name[:120]
 
 
 def kernels_per_call(fn: Callable[[], object], device: torch.device, calls: int = 3) -> tuple[float, list[str]] | None:

@@ -78,11 +78,10 @@ def sweep_figure(
     """
     rows = list(rows)
     fig = go.Figure()
-    add_sweep(fig, rows, x, y, color=color, name=name, hover=hover, colors=colors)
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title)
-    fig.update_xaxes(type="log" if log_x else "linear")
+    fig.update_xaxes(type="log" if log_x else "linear")  # before the lines: their out-of-memory marks need it
     fig.update_yaxes(type="log" if log_y else "linear")
-    return fig
+    return add_sweep(fig, rows, x, y, color=color, name=name, hover=hover, colors=colors)
 
 
 def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | None = None,
@@ -101,8 +100,9 @@ def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | 
             hoverinfo="text+name",
         ))
         for r in group:
-            if r.get("status") == OUT_OF_MEMORY:
-                fig.add_annotation(x=r[x], y=0, yref="paper", text=f"out of memory at {r[x]}",
+            if r.get("status") == OUT_OF_MEMORY:  # annotations take log10 of x on a log axis
+                position = math.log10(r[x]) if fig.layout.xaxis.type == "log" else r[x]
+                fig.add_annotation(x=position, y=0, yref="paper", text=f"out of memory at {r[x]:,}",
                                    showarrow=True, arrowhead=2, ay=-40)
     return fig
 
@@ -188,6 +188,11 @@ def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title:
     return fig
 
 
+def short_number(value: float) -> str:
+    """A bar's label: three significant digits, without an exponent up to the millions ('1,060', '3.14')."""
+    return f"{value:,.0f}" if 1000 <= abs(value) < 1e7 else f"{value:,.3g}"
+
+
 def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, title: str, y_title: str,
                 x_title: str | None = None, log_y: bool = False, hover: Sequence[str] = ()) -> go.Figure:
     """Grouped bars: one group per row (labelled by ``row[category]``), one bar per ``series`` {legend: key}.
@@ -201,7 +206,7 @@ def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, 
         fig.add_trace(go.Bar(
             x=[r[category] for r in present], y=[r[key] for r in present], name=label,
             marker_color=PALETTE[i % len(PALETTE)], hovertext=[hover_text(r, hover) for r in present],
-            text=[f"{r[key]:,.3g}" for r in present], textposition="outside",
+            text=[short_number(r[key]) for r in present], textposition="outside",
         ))
     fig.update_layout(title=title, xaxis_title=category if x_title is None else x_title, yaxis_title=y_title,
                       barmode="group")

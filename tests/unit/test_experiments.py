@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import plotly.io as pio
 import pytest
@@ -148,3 +149,16 @@ def test_dot_check_is_relative_to_the_sum_of_magnitudes():
     """A long float32 dot of random data cancels; its error is judged against |x|.|y|, so it passes every time."""
     for _ in range(3):
         assert blas.measure_blas("dot", 2**22, "float32")["relative_error"] < 1e-6
+
+
+def test_out_of_memory_marks_sit_at_their_size_on_a_log_axis():
+    rows = [{"n": 1024, "t": 1.0, "status": "ok"}, {"n": 4096, "t": None, "status": "out of memory"}]
+    log = plots.sweep_figure(rows, "n", "t", title="t", x_title="n", y_title="t", log_x=True)
+    linear = plots.sweep_figure(rows, "n", "t", title="t", x_title="n", y_title="t")
+    assert [a.x for a in log.layout.annotations] == [pytest.approx(math.log10(4096))]
+    assert [a.x for a in linear.layout.annotations] == [4096]
+
+
+def test_bar_labels_have_no_exponent_below_ten_million():
+    assert [plots.short_number(v) for v in (3.14159, 999.4, 1061.7, 4_332_000.0, 2.5e9)] == [
+        "3.14", "999", "1,062", "4,332,000", "2.5e+09"]

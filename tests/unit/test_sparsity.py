@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpulab import sparsity, specs
+from gpulab.precision import MATMUL_TOLERANCE
 
 HAS_SPARSE_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
@@ -292,10 +293,21 @@ def test_linear_speedup_on_the_gpu():
 
 @pytest.mark.skipif(not HAS_SPARSE_GPU, reason="needs an NVIDIA GPU of compute capability 8.0 or later")
 def test_orientations_on_the_gpu():
+    # Not every backend runs on every GPU (torch 2.11's CUTLASS 2:4 kernels refuse compute capability 9.0), so a
+    # row may say "not supported" in torch's words; what must hold is that no row is ever wrong, and that the layer's
+    # own product runs correctly through at least one backend: PyTorch's default, cuSPARSELt, wherever it is built.
     rows = sparsity.orientations(256, 128)
-    linear = [r for r in rows if r.get("expression") == "F.linear(X, Ws)"]
-    assert linear and all(r["status"] == "ok" for r in linear)
-    assert not any(r["status"] == "wrong result" for r in rows)
+    for r in rows:
+        if r["status"] == "ok":
+            assert r["relative_error"] <= MATMUL_TOLERANCE["float16"]
+        else:
+            kind, _, message = r["status"].partition(": ")
+            assert kind in ("not supported", "not available") and message.strip(), r
+    linear = {r["backend"]: r for r in rows if r.get("expression") == "F.linear(X, Ws)"}
+    ok = [r for r in linear.values() if r["status"] == "ok"]
+    assert ok and all(r["output_shape"] == [128, 256] for r in ok)  # tokens x outputs, as nn.Linear gives
+    if torch.backends.cusparselt.is_available():
+        assert linear.get("cusparselt", {}).get("status") == "ok", [r for r in rows if r["backend"] == "cusparselt"]
 
 
 def test_the_sweep_and_its_checks_run_end_to_end_with_a_stand_in_backend(monkeypatch):
