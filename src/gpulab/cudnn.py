@@ -524,11 +524,12 @@ def talk_rates(batches: Sequence[int] = (128, 1)) -> list[dict]:
 # and 'wgrad' (weight gradient) name implicit-GEMM kernels; cuBLAS's GEMMs (gpulab's im2col + GEMM) last.
 KERNEL_FAMILIES: tuple[tuple[str, str], ...] = (
     ("Winograd", r"winograd"),
-    ("FFT", r"fft|flip_filter|r2c|c2r"),
+    ("FFT", r"fft|flip_filter|r2c|c2r|_cf32|cgemm"),  # cf32: the complex GEMM of each frequency
     ("im2col (GEMM algorithm)", r"im2col"),
-    ("layout transform", r"nchwtonhwc|nhwctonchw|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|convert"),
+    ("layout transform", r"nchwtonhwc|nhwctonchw|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|convert|"
+                         r"tensortransform|addpadding|scalepackedtensor"),
     ("split-K reduction", r"splitk|split_k"),
-    ("implicit precomputed GEMM", r"precomp|scudnn|hcudnn"),
+    ("implicit precomputed GEMM", r"precomputed_convolve|kern_precompute|implicit_precomp|scudnn|hcudnn"),
     ("direct convolution", r"direct"),
     ("implicit GEMM", r"implicit|fprop|dgrad|wgrad|convolve|conv2d|conv_|cudnn"),
     ("GEMM", r"gemm|gemv|nvjet|cublas|cutlass|xmma|sm\d\d_"),

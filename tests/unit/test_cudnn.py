@@ -192,6 +192,11 @@ def test_in_fresh_thread_returns_and_raises():
     ("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x16_warpgroupsize1x1x1", "GEMM"),
     ("nvjet_tst_128x64_64x8_2x1_v_bz_NNN", "GEMM"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(...)", "elementwise"),
+    ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_tn_n_tilesize32x64x8_stage3_warpsize2x2x1_ffma", "FFT"),
+    ("void precomputed_convolve_sgemm<float, 128, 6, 7, 3, 3, 5, 1, false>(...)", "implicit precomputed GEMM"),
+    ("void cudnn::engines_precompiled::scalePackedTensor_kernel<float, float>(...)", "layout transform"),
+    ("void cudnn::ops::nhwcAddPaddingKernel<__half, __half, float, true>(...)", "layout transform"),
+    ("void cudnn::ops::tensorTransformGeneric<float, float, float, true, false, false>(...)", "layout transform"),
     ("something_new_and_unknown", "other"),
 ])
 def test_kernel_names_sort_into_families(name, family):
