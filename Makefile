@@ -24,12 +24,27 @@ $(COLAB_READY): requirements-colab.txt pyproject.toml
 	$(COLAB_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
+# The Jupyter widgets HTML manager, fetched from npm and checked against this hash of its tarball: its standalone
+# embed.js (no require.js) draws the notebooks' saved widget views; book/_ext/widget_views.py serves it from _static/.
+HTML_MANAGER := 1.0.15
+HTML_MANAGER_SHA512 := e6d841215eb298d8263d5387bf3c7e806cbc6522a649ace1b46c38fdce312435734611bd3d3790b118c5dc5513a29bc58bffd200178dcf5ca9e3b6c2ac9dc240
+WIDGETS := book/_vendor/html-manager
+
+$(WIDGETS)/embed.js: Makefile $(READY)
+	rm -rf $(WIDGETS) && mkdir -p $(WIDGETS)/npm
+	cd $(WIDGETS)/npm && npm pack --silent @jupyter-widgets/html-manager@$(HTML_MANAGER) >/dev/null
+	echo "$(HTML_MANAGER_SHA512)  $(WIDGETS)/npm/jupyter-widgets-html-manager-$(HTML_MANAGER).tgz" | sha512sum -c --quiet
+	tar -xzf $(WIDGETS)/npm/jupyter-widgets-html-manager-$(HTML_MANAGER).tgz -C $(WIDGETS)/npm
+	cp $(WIDGETS)/npm/package/dist/embed.js.LICENSE.txt $(WIDGETS)/npm/package/dist/*.woff2 $(WIDGETS)/
+	cp $(VENV)/lib/python3*/site-packages/ipywidgets-*.dist-info/licenses/LICENSE $(WIDGETS)/LICENSE
+	mv $(WIDGETS)/npm/package/dist/embed.js $@ && rm -rf $(WIDGETS)/npm && touch $@
+
 ## book: run every notebook and build the HTML into _build/html
-book: $(READY)
+book: $(READY) $(WIDGETS)/embed.js
 	$(VENV)/bin/jupyter-book build . --path-output . $(BUILD_FLAGS)
 
 ## test: every check CI runs, with each stage's time (the colab stage runs the notebooks in .venv-colab)
-test: $(READY) $(COLAB_READY)
+test: $(READY) $(COLAB_READY) $(WIDGETS)/embed.js
 	$(PY) tools/run_tests.py
 
 ## lint: ruff on the library, tests, tools and notebooks

@@ -1,12 +1,12 @@
 """Open every page of the built book in Chromium with the network cut off, as a reader offline would.
 
 Every request that is not to the local server is blocked. A page fails if it asks for anything from
-outside the book, raises a JavaScript error, leaves a plotly figure undrawn or a formula untypeset,
-or transfers more than 2 MB apart from the plotly.js that all pages share. It also fails on what
-keeps a page from a reader who cannot see it well: an image without alt text, a figure without a
-title or with an axis that does not say what it measures, or headings that skip a level. The local server
-compresses text with gzip, as GitHub Pages and other web servers do, so the sizes are what a
-reader's browser would download; the test prints them, page by page.
+outside the book, raises a JavaScript error, leaves a saved widget view, a plotly figure (one in a
+widget's Output too) or a formula undrawn, or transfers more than 2 MB apart from the plotly.js that
+all pages share. It also fails on what keeps a page from a reader who cannot see it well: an image
+without alt text, a figure without a title or with an axis that does not say what it measures, or
+headings that skip a level. The local server compresses text with gzip, as GitHub Pages and other web
+servers do, so the sizes are what a reader's browser would download; the test prints them, page by page.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from conftest import book_pages
 
@@ -69,7 +70,7 @@ def browser():
 
 # Bytes the page and everything it loaded took over the wire, apart from the plotly.js every page shares.
 TRANSFERRED = """() => [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
-    .filter(entry => !entry.name.endsWith('/plotly.min.js'))
+    .filter(entry => !new URL(entry.name).pathname.endsWith('/plotly.min.js'))  // rebuilds add ?v=<hash>
     .reduce((total, entry) => total + (entry.encodedBodySize || 0), 0)"""
 PAGE_BUDGET = 2 * 10**6  # bytes per page, plotly.js apart
 
@@ -80,16 +81,29 @@ FIGURE_PROBLEMS = """divs => divs.flatMap(div => {
     const text = title => ((typeof title === 'string' ? title : title && title.text) || '').trim();
     const title = text(given.title);
     const problems = title ? [] : ['a figure without a title'];
+    // An axis needs a title unless it shares its place with one that has it: the x axes of one column
+    // of subplots (the same domain) are titled once, below the column; the y axes of one row likewise.
+    const axes = [];
     for (const subplot of layout._subplots.cartesian || []) {
         const [, x, y] = subplot.match(/^x(\\d*)y(\\d*)$/);
         for (const name of ['xaxis' + x, 'yaxis' + y]) {
-            if (layout[name] && layout[name].visible !== false && !text((given[name] || {}).title)) {
-                problems.push(`"${title.slice(0, 60)}": ${name} has no title`);
+            const axis = layout[name];
+            if (axis && axis.visible !== false && !axes.some(a => a.name === name)) {
+                const titled = !!text((given[name] || {}).title);
+                axes.push({name, place: name[0] + JSON.stringify(axis.domain), titled});
             }
+        }
+    }
+    for (const axis of axes) {
+        if (!axes.some(other => other.place === axis.place && other.titled)) {
+            problems.push(`"${title.slice(0, 60)}": ${axis.name} has no title`);
         }
     }
     return problems;
 })"""
+# Widget views the page saved, and how many of them the widget manager has drawn.
+WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
+WIDGETS_DRAWN = "() => [...document.querySelectorAll('.widget-subarea')].filter(area => area.children.length).length"
 # Heading levels of the article itself (the theme repeats the title in its header bar).
 HEADING_LEVELS = "() => [...document.querySelectorAll('article h1, article h2, article h3, article h4, article h5, " \
                  "article h6')].map(heading => Number(heading.tagName[1]))"
@@ -111,6 +125,14 @@ def visit(browser, server: str, path: str) -> dict:
     page.route("**/*", route)
     page.goto(f"{server}/{path}", wait_until="load")
     page.wait_for_timeout(300)
+    views = page.eval_on_selector_all(WIDGET_VIEW, "scripts => scripts.length")
+    if views:  # the widget manager draws them after the load event, and a figure in an Output after that
+        try:
+            page.wait_for_function(f"() => ({WIDGETS_DRAWN})() >= {views}", timeout=10_000)
+            page.wait_for_timeout(300)
+        except PlaywrightTimeout:
+            pass  # counted below: fewer drawn than saved
+    widgets = (page.evaluate(WIDGETS_DRAWN), views)
     drawn = "divs => divs.map(d => d.classList.contains('js-plotly-plot') && !!d.querySelector('svg.main-svg'))"
     figures = page.eval_on_selector_all(".plotly-graph-div", drawn)
     math = page.eval_on_selector_all("span.math, div.math", "spans => spans.length")
@@ -121,7 +143,7 @@ def visit(browser, server: str, path: str) -> dict:
     problems = accessibility_problems(page)
     page.close()
     return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset,
-            "bytes": transferred, "accessibility": problems}
+            "widgets": widgets, "bytes": transferred, "accessibility": problems}
 
 
 def accessibility_problems(page) -> list[str]:
@@ -151,6 +173,8 @@ def test_every_page_loads_offline_without_javascript_errors(built_book, server, 
         if not all(result["figures"]):
             missing = result["figures"].count(False)
             failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
+        if result["widgets"][0] < result["widgets"][1]:
+            failures.append(f"{path}: {result['widgets'][0]} of {result['widgets'][1]} saved widget views drawn")
         if result["accessibility"]:
             failures.append(f"{path}: {'; '.join(result['accessibility'])}")
         if result["typeset"] < result["math"]:
@@ -196,3 +220,18 @@ def test_accessibility_check_names_each_problem(built_book, browser):
     problems = accessibility_problems(page)
     page.close()
     assert problems == ["image without alt text: x.png", '"Rate": yaxis has no title', "heading h1 followed by h3"]
+
+
+def test_saved_widget_view_draws_with_its_figure_and_note(built_book, server, browser):
+    """The GEMM chapter's wave explorer, offline: its controls, the model's line, its figure in the Output, the note."""
+    result = visit(browser, server, "notebooks/09_gemm_on_the_gpu.html")
+    assert result["widgets"] == (1, 1) and not result["errors"] and not result["blocked"], result
+    page = browser.new_page()
+    page.goto(f"{server}/notebooks/09_gemm_on_the_gpu.html", wait_until="load")
+    view = page.locator(".widget-subarea").first
+    view.locator(".widget-output .plotly-graph-div svg.main-svg").first.wait_for(timeout=10_000)
+    controls = view.locator(".widget-dropdown select, .widget-text input").count()
+    line = view.locator(".widget-output pre").first.text_content()
+    note = page.locator(".cell_output:has(.widget-subarea) .gpulab-needs-kernel").count()
+    page.close()
+    assert controls == 4 and "tiles in" in line and note == 1, (controls, line, note)

@@ -1,0 +1,48 @@
+"""Sphinx extension: the notebooks' saved widget views, drawn offline by the book's own copy of the widget manager.
+
+MyST-NB writes each widget output as a ``<script type="application/vnd.jupyter.widget-view+json">`` and,
+on a page that has any, the notebook's saved widget state and the scripts named in ``nb_ipywidgets_js``
+(``_config.yml``): ``embed.js``, the standalone build of ``@jupyter-widgets/html-manager`` (base, controls and
+output widgets, no require.js) that ``make`` fetches from npm into ``book/_vendor/html-manager/``, and
+``widgets_mathjax.js`` beside this file. This extension copies them into the built ``_static/jupyter-widgets/``
+and puts a note under every widget view: the view shows the explorer as the build left it, and its controls
+answer only where a kernel runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from docutils import nodes
+
+HERE = Path(__file__).resolve().parent
+VENDOR = HERE.parent / "_vendor" / "html-manager"
+OWN = [HERE / "widgets_mathjax.js", HERE / "widgets.css"]
+VIEW_SCRIPT = '<script type="application/vnd.jupyter.widget-view+json">'
+NOTE = ("This is the explorer as the book's build left it: its controls need a running kernel. Launch this "
+        "notebook (the Colab button at the top of the page, or Jupyter on your own machine) to use it.")
+
+
+def _note_widget_views(app, doctree) -> None:
+    for raw in list(doctree.findall(nodes.raw)):
+        if raw.get("format") == "html" and raw.astext().startswith(VIEW_SCRIPT):
+            note = nodes.paragraph("", "", nodes.emphasis(text=NOTE), classes=["gpulab-needs-kernel"])
+            raw.parent.insert(raw.parent.index(raw) + 1, note)
+
+
+def _copy_widget_manager(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        static = Path(app.outdir) / "_static" / "jupyter-widgets"
+        shutil.copytree(VENDOR, static, dirs_exist_ok=True)
+        for path in OWN:
+            shutil.copyfile(path, static / path.name)
+
+
+def setup(app):
+    if not (VENDOR / "embed.js").exists():
+        raise FileNotFoundError(f"no widget manager at {VENDOR}: `make book` fetches it from npm")
+    app.connect("doctree-read", _note_widget_views)
+    app.connect("build-finished", _copy_widget_manager)
+    app.add_css_file("jupyter-widgets/widgets.css")
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
