@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import book_pages
+from conftest import ROOT, book_pages
 from gpulab import results, specs
 
 
@@ -79,9 +79,10 @@ def test_chapters_link_terms_to_the_glossary(built_book):
     for term in ("SM", "warp", "tensor core", "TF32", "loss scaling", "arithmetic intensity", "roofline",
                  "all-reduce", "occupancy", "coalescing", "im2col", "LSTM", "wave quantization"):
         assert f'id="term-{term.replace(" ", "-")}"' in glossary, term
-    for chapter in ("01_cpus_to_gpus", "02_number_formats", "03_blas_levels", *DNN_LAYER_CHAPTERS):
-        html = (built_book / "notebooks" / f"{chapter}.html").read_text()
-        assert "glossary.html#term-" in html, chapter
+    for chapter in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        html = (built_book / "notebooks" / f"{chapter.stem}.html").read_text()
+        assert "glossary.html#term-" in html, chapter.name
+        assert "bibliography.html#" in html, chapter.name  # every chapter cites its sources
 
 
 def test_reference_pages_list_recorded_gpus_and_the_labs(built_book):
@@ -89,4 +90,8 @@ def test_reference_pages_list_recorded_gpus_and_the_labs(built_book):
     for row in results.inventory():
         assert row["gpu"] in recorded and row["experiment"] in recorded, row
     instructors = re.sub(r"<[^>]+>", "", (built_book / "book" / "instructors.html").read_text())
-    assert "Peak rates and precision" in instructors and "make labs" in instructors
+    assert "make labs" in instructors
+    rows = dict(re.findall(r"^\| (\d\d) ([^|]+?) \|", (ROOT / "labs" / "README.md").read_text(), re.MULTILINE))
+    assert sorted(rows) == sorted(lab.name[:2] for lab in (ROOT / "labs").glob("*.ipynb"))  # a row for every lab
+    for title in rows.values():
+        assert title in instructors, title
