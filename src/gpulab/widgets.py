@@ -16,7 +16,7 @@ cell's reply; now and then it misses the reply and waits forever (jupyter/nbclie
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import ipywidgets as w
 import plotly.graph_objects as go
@@ -42,6 +42,18 @@ def show(widget: w.Widget) -> None:
         "text/plain": NEEDS_KERNEL,
         "text/html": f'<p class="gpulab-needs-kernel"><em>{NEEDS_KERNEL}</em></p>',
     }, raw=True)
+
+
+def _live(rows: Sequence[Sequence[w.Widget]], output: w.Output, update: Callable[..., None]) -> w.Widget:
+    """An explorer: ``rows`` of controls above ``output``; any control's change calls ``update``, which runs once
+    now to fill ``output``. The explorer is displayed (:func:`show`) and returned."""
+    for row in rows:
+        for control in row:
+            control.observe(update, names="value")
+    update()
+    explorer = w.VBox([w.HBox(list(row)) for row in rows] + [output])
+    show(explorer)
+    return explorer
 
 
 def render(output: w.Output, text: str = "", figure: go.Figure | None = None) -> None:
@@ -186,12 +198,7 @@ def quantization_explorer(m: int = 1536, n: int = 1024, sms: Sequence[int] = (8,
         figure = gemm.waves_figure(rows.value, cols.value, tile.value, count.value) if model.tiles <= 4096 else None
         render(output, text + ("" if figure else "(too many tiles to draw)\n"), figure)
 
-    for control in (rows, cols, tile, count):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([rows, cols]), w.HBox([tile, count]), output])
-    show(explorer)
-    return explorer
+    return _live([[rows, cols], [tile, count]], output, update)
 
 
 def matmul_format_explorer(sizes: Sequence[int], formats: Sequence[str]) -> w.Widget:
@@ -270,12 +277,7 @@ def convolution_algorithms_explorer(batch: int = 1, channels: int = 128, size: i
                                    y_title="real multiplies per output element (log)", x_title="algorithm family")
         render(output, "\n".join(lines) + "\n", figure)
 
-    for control in (r, n, c, hw):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([r, n]), w.HBox([c, hw]), output])
-    show(explorer)
-    return explorer
+    return _live([[r, n], [c, hw]], output, update)
 
 
 def fusion_explorer(elements: int = 2**26) -> w.Widget:
@@ -329,12 +331,7 @@ def fusion_explorer(elements: int = 2**26) -> w.Widget:
         plots.vertical_marker(figure, size.value, "chosen size")
         render(output, "\n".join(lines) + "\n", figure)
 
-    for control in (chain, size, dtype):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([chain, dtype]), size, output])
-    show(explorer)
-    return explorer
+    return _live([[chain, dtype], [size]], output, update)
 
 
 def batched_gemm_explorer(n: int = 64, batch: int = 1000) -> w.Widget:
@@ -383,12 +380,7 @@ def batched_gemm_explorer(n: int = 64, batch: int = 1000) -> w.Widget:
         plots.vertical_marker(figure, near_n, f"n = {near_n}")
         render(output, "\n".join(lines) + "\n", figure)
 
-    for control in (order, count, dtype):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([order, count, dtype]), output])
-    show(explorer)
-    return explorer
+    return _live([[order, count, dtype]], output, update)
 
 
 def sparsity_explorer(n: int = 4096, value_bits: int = 16) -> w.Widget:
@@ -440,12 +432,7 @@ def sparsity_explorer(n: int = 4096, value_bits: int = 16) -> w.Widget:
                              f"{bits.value}-bit values", xaxis_title="storage", yaxis_title="MiB")
         render(output, "\n".join(lines) + "\n", figure)
 
-    for control in (bits, pattern, order):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([bits, pattern, order]), output])
-    show(explorer)
-    return explorer
+    return _live([[bits, pattern, order]], output, update)
 
 
 def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float = 5.0,
@@ -485,9 +472,4 @@ def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float 
         plots.vertical_marker(figure, size.value, format_bytes(size.value))
         render(output, "\n".join(lines) + "\n", figure)
 
-    for control in (p, size, latency, bandwidth):
-        control.observe(update, names="value")
-    update()
-    explorer = w.VBox([w.HBox([p, size]), w.HBox([latency, bandwidth]), output])
-    show(explorer)
-    return explorer
+    return _live([[p, size], [latency, bandwidth]], output, update)

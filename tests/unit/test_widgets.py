@@ -66,7 +66,7 @@ def test_fusion_explorer_predicts_at_the_recorded_copy_bandwidth():
     recording = results.load("fusion_compile")
     copy = next(r for r in recording.rows if r["chain"] == "copy")["gbytes_per_s"] * 1e9
     explorer = widgets.fusion_explorer(elements=2**20)
-    (chain, dtype), size = explorer.children[0].children, explorer.children[1]
+    (chain, dtype), (size,) = explorer.children[0].children, explorer.children[1].children
     chain.value, size.value = "add_layer_norm", 2**24
     text, (figure,) = shown(explorer)
     for fused in (False, True):
