@@ -254,20 +254,20 @@ def reference_ring_all_reduce(tensor: torch.Tensor) -> None:
     p, rank = dist.get_world_size(), dist.get_rank()
     right, left = (rank + 1) % p, (rank - 1) % p
     chunks = torch.tensor_split(tensor, p)
+
+    def pass_along(send: int, receive: int) -> torch.Tensor:
+        """Send chunk ``send`` right while receiving the left neighbour's chunk ``receive``; return what came."""
+        incoming = torch.empty_like(chunks[receive])
+        for request in [dist.isend(chunks[send], right), dist.irecv(incoming, left)]:  # both started, then waited
+            request.wait()
+        return incoming
+
     for step in range(p - 1):
         send, receive = distributed.reduce_scatter_chunks(rank, step, p)
-        incoming = torch.empty_like(chunks[receive])
-        requests = [dist.isend(chunks[send], right), dist.irecv(incoming, left)]
-        for request in requests:
-            request.wait()
-        chunks[receive].add_(incoming)
+        chunks[receive].add_(pass_along(send, receive))
     for step in range(p - 1):
         send, receive = distributed.all_gather_chunks(rank, step, p)
-        incoming = torch.empty_like(chunks[receive])
-        requests = [dist.isend(chunks[send], right), dist.irecv(incoming, left)]
-        for request in requests:
-            request.wait()
-        chunks[receive].copy_(incoming)
+        chunks[receive].copy_(pass_along(send, receive))
 
 
 REFERENCE = f"{__name__}:reference_ring_all_reduce"
