@@ -111,8 +111,8 @@ def launch(arguments: Sequence[str], processes: int, *, timeout_s: float = TIMEO
 
     ``arguments`` follow torchrun's own: a script path, ``-m`` and a module name, or ``--no-python`` and a
     command, then its arguments. Raises :class:`LaunchError` if torchrun exits with an error (after trying
-    another port if the first was taken meanwhile) or runs past ``timeout_s``, in which case every
-    process it started is killed.
+    once more on another port if the first was taken meanwhile, or if a rank was killed by a signal) or
+    runs past ``timeout_s``, in which case every process it started is killed.
     """
     processes = positive_int("processes", processes)
     if not timeout_s > 0:
@@ -132,7 +132,10 @@ def launch(arguments: Sequence[str], processes: int, *, timeout_s: float = TIMEO
         if process.returncode == 0:
             return stdout
         port_taken = "EADDRINUSE" in stderr or "address already in use" in stderr.lower()
-        if not (port_taken and attempt + 1 < attempts):
+        # A rank killed by a signal before it could report: gloo's C++ aborts (SIGABRT) when setting up its
+        # connections fails, which CI saw once with two notebooks launching torchrun at the same time.
+        killed = "received by PID" in stderr
+        if not ((port_taken or killed) and attempt + 1 < attempts):
             raise LaunchError(f"torchrun exited with status {process.returncode}; it printed:\n{_tail(stderr)}",
                               process.returncode, stderr)
     raise AssertionError("unreachable")
