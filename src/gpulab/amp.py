@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 from gpulab import env, mlp, plots, timing
 from gpulab.correctness import check_close
 from gpulab.precision import FORMATS, MATMUL_TOLERANCE, format_of, matmul_mode
-from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
+from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, unsupported_reason
 
 # The precisions a training run can use. float16 and bfloat16 mean AMP: torch.autocast in that dtype over
 # float32 weights (and, for float16, a GradScaler); tf32 means float32 with TF32 tensor cores for the GEMMs.
@@ -172,11 +172,9 @@ def autocast_dtypes(dtypes: Sequence[str] = AUTOCAST_DTYPES) -> list[dict]:
     for name in dtypes:
         if name not in AUTOCAST_DTYPES:
             raise ValueError(f"dtypes: autocast computes in {' or '.join(AUTOCAST_DTYPES)}, got {name!r}")
-        try:
-            supported_dtype("dtypes", name, device)
-        except ValueError as error:  # bfloat16 before Ampere (a T4): a row says why, the other dtype still runs
-            rows.append({"device": device.type, "autocast_dtype": name, "status": "not run",
-                         "reason": str(error).removeprefix("dtypes: ")})
+        reason = unsupported_reason(name, device)
+        if reason is not None:  # bfloat16 before Ampere (a T4): a row says why, the other dtype still runs
+            rows.append({"device": device.type, "autocast_dtype": name, "status": "not run", "reason": reason})
             continue
         low = FORMATS[name].dtype
         operands = {"float32": _autocast_operands(torch.float32, device), name: _autocast_operands(low, device)}
@@ -382,12 +380,12 @@ def compare_precisions(sizes: Sequence[int], data: dict[str, torch.Tensor], prec
     device = data["X_train"].device
     rows, runnable = [], []
     for precision in dict.fromkeys([BASELINE, *precisions]):
-        try:
-            supported_dtype("precisions", precision, device)
+        reason = unsupported_reason(precision, device)
+        if reason is None:
             runnable.append(precision)
-        except ValueError as error:  # e.g. tf32 on a CPU: the row says why, the others still run
+        else:  # e.g. tf32 on a CPU: the row says why, the others still run
             rows.append({"precision": precision, "label": PRECISION_LABELS[precision], "status": "not run",
-                         "reason": str(error).removeprefix("precisions: ")})
+                         "reason": reason})
     for seed in seeds:
         reference = None
         for precision in runnable:

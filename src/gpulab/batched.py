@@ -29,7 +29,15 @@ from gpulab import env, flops, plots, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.precision import FORMATS, MATMUL_TOLERANCE, matmul_mode
 from gpulab.sweep import ok_rows, run_sweep
-from gpulab.validation import DTYPES, dtype_name, fits_in_memory, positive_int, positive_ints, supported_dtype
+from gpulab.validation import (
+    DTYPES,
+    dtype_name,
+    fits_in_memory,
+    positive_int,
+    positive_ints,
+    supported_dtype,
+    unsupported_reason,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Many small GEMMs: a loop, one batched call, one large GEMM
@@ -114,18 +122,6 @@ def measure_batched_gemm(method: str, n: int, batch: int, dtype: str = "float32"
     }
 
 
-def _unsupported(dtypes: Iterable[str], device: torch.device, check: Callable[[str, str, torch.device], str],
-                 ) -> tuple[list[str], list[dict]]:
-    """The dtypes ``device`` can run, and a 'not run' row naming the reason for each one it cannot."""
-    runnable, skipped = [], []
-    for dtype in dtypes:
-        try:
-            runnable.append(check("dtype", dtype, device))
-        except ValueError as error:
-            skipped.append({"dtype": dtype, "status": f"not run: {str(error).removeprefix('dtype: ')}"})
-    return runnable, skipped
-
-
 def gemm_sweep(sizes: Sequence[int], batches: Sequence[int], dtypes: Sequence[str] = ("float32",),
                methods: Sequence[str] = METHODS) -> list[dict]:
     """Every method at every matrix order, batch count and dtype, on this chapter's device.
@@ -137,7 +133,10 @@ def gemm_sweep(sizes: Sequence[int], batches: Sequence[int], dtypes: Sequence[st
     for method in methods:
         if method not in METHODS:
             raise ValueError(f"methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
-    runnable, rows = _unsupported(dtypes, env.device(), supported_dtype)
+    device, labels = env.device(), [dtype_name(d) for d in dtypes]
+    reasons = {label: unsupported_reason(label, device) for label in labels}
+    runnable = [label for label, reason in reasons.items() if reason is None]
+    rows = [{"dtype": label, "status": f"not run: {reason}"} for label, reason in reasons.items() if reason]
     points = [{"method": m, "n": n, "batch": b, "dtype": d} for d in runnable for b in batches for m in methods
               for n in sizes]
     return rows + run_sweep(measure_batched_gemm, points)

@@ -44,7 +44,7 @@ from gpulab import attention, conv, env, plots, profiling, specs, timing
 from gpulab.correctness import check_close, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
 from gpulab.sweep import ok_rows, run_sweep
-from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
+from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, unsupported_reason
 
 T = TypeVar("T")
 
@@ -872,10 +872,9 @@ def layouts_precisions_sweep(layers: Sequence[conv.ConvLayer | dict], precisions
     not compute in gives one row with status 'not run' and the reason."""
     named, device, rows = conv.layers_by_name(layers), env.device(), []
     for precision in precisions:
-        try:
-            supported_dtype("precisions", precision, device)
-        except ValueError as error:
-            rows.append({"dtype": precision, "status": "not run", "reason": str(error).removeprefix("precisions: ")})
+        reason = unsupported_reason(precision, device)
+        if reason is not None:
+            rows.append({"dtype": precision, "status": "not run", "reason": reason})
             continue
         points = [{"layer": name, "method": "conv2d", "layout": layout} for name in named for layout in layouts]
         points += [{"layer": name, "method": "im2col + GEMM", "layout": "NCHW"} for name in named] if im2col else []

@@ -133,7 +133,8 @@ def launch(arguments: Sequence[str], processes: int, *, timeout_s: float = TIMEO
             return stdout
         port_taken = "EADDRINUSE" in stderr or "address already in use" in stderr.lower()
         # A rank killed by a signal before it could report: gloo's C++ aborts (SIGABRT) when setting up its
-        # connections fails, which CI saw once with two notebooks launching torchrun at the same time.
+        # connections fails, which CI saw once with two notebooks launching torchrun at the same time (an open
+        # PyTorch issue, pytorch/pytorch#188266, reports gloo aborting in its connection code the same way).
         killed = "received by PID" in stderr
         if not ((port_taken or killed) and attempt + 1 < attempts):
             raise LaunchError(f"torchrun exited with status {process.returncode}; it printed:\n{_tail(stderr)}",
@@ -141,9 +142,19 @@ def launch(arguments: Sequence[str], processes: int, *, timeout_s: float = TIMEO
     raise AssertionError("unreachable")
 
 
-def _tail(text: str, lines: int = 30) -> str:
+def _tail(text: str, lines: int = 20) -> str:
+    """What a failed launch printed, shortened: the ranks' own last ``lines`` lines, then torchrun's summary.
+
+    After the ranks' output torchrun prints a traceback of its own and a report of every failed rank,
+    some 40 lines that would push the ranks' own error out of a plain tail. Of that report only the
+    lines that say which rank failed, with what exit code and why, are kept.
+    """
     kept = [line for line in text.splitlines() if line.strip()]
-    return "\n".join(kept[-lines:]) or "(nothing)"
+    end = next((i for i, line in enumerate(kept) if "] failed (exitcode:" in line), None)
+    if end is None:  # no failure report (a timeout, or a torchrun that writes another format): the plain tail
+        return "\n".join(kept[-lines:]) or "(nothing)"
+    summary = [line.strip() for line in kept[end:] if line.strip().startswith(("rank ", "exitcode ", "traceback "))]
+    return "\n".join([*kept[:end][-lines:], "torchrun's report:", *summary])
 
 
 def run_task(task: str, params: Mapping, processes: int, backend: str = "gloo", *, timeout_s: float = TIMEOUT_S,

@@ -331,21 +331,6 @@ def check_fused(x: torch.Tensor, bias: torch.Tensor, p: float, seed: int, approx
 # Counting kernels, and torch.compile
 # ---------------------------------------------------------------------------------------------
 
-def _short_name(name: str) -> str:
-    """A kernel's name without its return type, anonymous namespaces and argument list, at most 120 characters:
-    'void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, ...>(...)' becomes
-    'at::native::fused_dropout_kernel_vec<float, ...>'. The argument list is the first '(' outside the
-    template's angle brackets (a template argument may hold parentheses of its own)."""
-    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
-    depth = 0
-    for i, char in enumerate(name):
-        depth += {"<": 1, ">": -1}.get(char, 0)
-        if char == "(" and depth == 0:
-            name = name[:i]
-            break
-    return name[:120]
-
-
 def kernels_per_call(fn: Callable[[], object], device: torch.device, calls: int = 3) -> tuple[float, list[str]] | None:
     """How many GPU kernels (memsets and copies included) one call of ``fn`` runs, and their distinct
     names, from ``torch.profiler`` over ``calls`` calls; None on a CPU, which has no kernels to count."""
@@ -354,7 +339,7 @@ def kernels_per_call(fn: Callable[[], object], device: torch.device, calls: int 
     fn()
     timing.synchronize(device)
     profile = profiling.profile_calls(fn, device, calls)
-    names = [_short_name(name) for name, _seconds in profiling.device_kernels(profile)]
+    names = [profiling.short_name(name) for name, _seconds in profiling.device_kernels(profile)]
     return len(names) / calls, list(dict.fromkeys(names))
 
 

@@ -33,9 +33,8 @@ from gpulab.kernels import cuda_c
 from gpulab.mlp import tile_waves
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
 from gpulab.sweep import ok_rows, run_sweep
-from gpulab.validation import fits_in_memory, positive_int, positive_ints
+from gpulab.validation import fits_in_memory, matmul_operands, positive_int, positive_ints
 
-INT32_MAX = 2**31 - 1  # the kernels index with C ints
 LANES = (8, 4)  # steps 7 to 9: a warp's 32 lanes as an 8 x 4 grid, 4 x 4 outputs each per pass
 FIRST_FILE = 16  # the worklog's step 1 is kernel file 16_sgemm_naive.cu
 TUNABLE = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "MIN_BLOCKS": 2}  # 24_sgemm_prefetched.cu's defaults
@@ -130,27 +129,12 @@ def traffic(s: Step) -> dict:
     return {"global_floats_per_fma": global_floats, "shared_loads_per_fma": s.shared_loads_per_k / outputs}
 
 
-def _check_operands(s: Step, A: torch.Tensor, B: torch.Tensor) -> tuple[int, int, int]:
-    for name, t in (("A", A), ("B", B)):
-        if t.dtype != torch.float32 or t.dim() != 2 or not t.is_contiguous() or t.device.type != "cuda":
-            raise ValueError(f"{name}: a contiguous 2D float32 CUDA tensor, got {t.dtype} {tuple(t.shape)} "
-                             f"on {t.device}")
-    (m, k), (k2, n) = A.shape, B.shape
-    if k != k2:
-        raise ValueError(f"B: A is {m} x {k}, so B needs {k} rows; it has {k2}")
-    if max(m * k, k * n, m * n) > INT32_MAX:
-        raise ValueError(f"A, B: the kernels index with 32-bit ints; {m} x {k} @ {k} x {n} has too many elements")
+def prepared(s: Step, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    """A function that runs step ``s`` to compute ``C = A @ B`` (arguments checked once, here)."""
+    m, n, k = matmul_operands(A, B, C, torch.float32)
     if s.float4 and (n % 4 or k % 4):
         raise ValueError(f"B: step {s.number} ({s.label}) loads 16 bytes at a time, so N and K must be multiples "
                          f"of 4; got N = {n}, K = {k}")
-    return m, n, k
-
-
-def prepared(s: Step, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
-    """A function that runs step ``s`` to compute ``C = A @ B`` (arguments checked once, here)."""
-    m, n, k = _check_operands(s, A, B)
-    if C.shape != (m, n) or C.dtype != torch.float32 or not C.is_contiguous():
-        raise ValueError(f"C: a contiguous float32 tensor of {m} x {n}, got {C.dtype} {tuple(C.shape)}")
     return cuda_c.prepared(s.file, s.kernel, s.grid(m, n), s.threads, A, B, C, m, n, k, defines=dict(s.defines))
 
 

@@ -57,3 +57,18 @@ def device_kernels(profile) -> list[tuple[str, float]]:
     if not found:  # older profilers attach kernels to the CPU operator that launched them
         found = [(k.name, k.duration / 1e6) for e in profile.events() for k in getattr(e, "kernels", [])]
     return found
+
+
+def short_name(name: str) -> str:
+    """A kernel's name without its return type, anonymous namespaces and argument list, at most 120 characters:
+    'void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, ...>(...)' becomes
+    'at::native::fused_dropout_kernel_vec<float, ...>'. The argument list is the first '(' outside the
+    template's angle brackets (a template argument may hold parentheses of its own)."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    depth = 0
+    for i, char in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name[:120]

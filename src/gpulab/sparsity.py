@@ -44,7 +44,7 @@ from gpulab import env, flops, mlp, plots, specs, timing
 from gpulab.correctness import check_close, random_tensor, relative_error
 from gpulab.precision import MATMUL_TOLERANCE, float32_accumulation
 from gpulab.sweep import run_sweep
-from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
+from gpulab.validation import fits_in_memory, positive_int, positive_ints, unsupported_reason
 
 GROUP, KEPT = 4, 2  # at most KEPT nonzeros in every GROUP consecutive values along the reduction dimension
 
@@ -593,10 +593,9 @@ def semi_structured_unavailable(device: torch.device, dtype: str, backend: str) 
         return f"this torch ({torch.__version__}) has no torch.sparse.to_sparse_semi_structured"
     if backend == "cusparselt" and not torch.backends.cusparselt.is_available():
         return f"this torch ({torch.__version__}) was built without cuSPARSELt"
-    try:
-        supported_dtype("dtype", dtype, device)
-    except ValueError as error:
-        return str(error).split(": ", 1)[1]
+    reason = unsupported_reason(dtype, device)
+    if reason is not None:
+        return reason
     accepted = {r["dtype"] for r in semi_structured_constraints() if r["backend"] == backend}
     if dtype not in accepted:
         return f"torch's {backend} backend takes {', '.join(sorted(accepted)) or 'no dtype'}, not {dtype}"

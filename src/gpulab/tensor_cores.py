@@ -36,7 +36,14 @@ from gpulab.kernels import cuda_c
 from gpulab.mlp import layer_gemms
 from gpulab.precision import MATMUL_TOLERANCE, float32_accumulation, matmul_mode
 from gpulab.sweep import run_sweep
-from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
+from gpulab.validation import (
+    fits_in_memory,
+    matmul_operands,
+    positive_int,
+    positive_ints,
+    supported_dtype,
+    unsupported_reason,
+)
 
 CHECK_ROWS = 256  # rows of a product compared with float64 (all of them for a smaller product)
 
@@ -159,11 +166,7 @@ def format_unavailable(fmt: str, device: torch.device) -> str | None:
         raise ValueError(f"fmt: one of {', '.join(FORMATS_COMPARED)}, got {fmt!r}")
     if fmt == "float8_e4m3fn":
         return fp8_unavailable(device)
-    try:
-        supported_dtype("fmt", fmt, device)
-    except ValueError as error:
-        return str(error).split(": ", 1)[1]
-    return None
+    return unsupported_reason(fmt, device)
 
 
 def measure_format(n: int, fmt: str, device: torch.device | None = None) -> dict:
@@ -305,27 +308,12 @@ def resources(kernel: WmmaKernel) -> dict:
             "blocks_per_sm": resident.blocks_per_sm, "warps_per_sm": resident.blocks_per_sm * kernel.threads // 32}
 
 
-def _check_operands(A: torch.Tensor, B: torch.Tensor) -> tuple[int, int, int]:
-    for name, t in (("A", A), ("B", B)):
-        if t.dtype != torch.float16 or t.dim() != 2 or not t.is_contiguous() or t.device.type != "cuda":
-            raise ValueError(f"{name}: a contiguous 2D float16 CUDA tensor, got {t.dtype} {tuple(t.shape)} "
-                             f"on {t.device}")
-    (m, k), (k2, n) = A.shape, B.shape
-    if k != k2:
-        raise ValueError(f"B: A is {m} x {k}, so B needs {k} rows; it has {k2}")
+def prepared(kernel: WmmaKernel, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> Callable[[], None]:
+    """A function that runs ``kernel`` to compute ``C = A B`` (float16 A, B; float32 C), arguments checked here."""
+    m, n, k = matmul_operands(A, B, C, torch.float16)
     if m % 16 or n % 16 or k % 16:
         raise ValueError(f"A, B: the WMMA kernels work on whole 16 x 16 fragments, so M, N and K must be multiples "
                          f"of 16; got {m} x {n} x {k}")
-    if max(m, n, k) > 2**31 - 1:
-        raise ValueError(f"A, B: the kernels take their sizes as 32-bit ints; got {m} x {n} x {k}")
-    return m, n, k
-
-
-def prepared(kernel: WmmaKernel, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> Callable[[], None]:
-    """A function that runs ``kernel`` to compute ``C = A B`` (float16 A, B; float32 C), arguments checked here."""
-    m, n, k = _check_operands(A, B)
-    if C.shape != (m, n) or C.dtype != torch.float32 or not C.is_contiguous():
-        raise ValueError(f"C: a contiguous float32 tensor of {m} x {n}, got {C.dtype} {tuple(C.shape)}")
     return cuda_c.prepared(kernel.file, kernel.kernel, kernel.grid(m, n), kernel.threads, A, B, C, m, n, k,
                            shared_bytes=kernel.shared_bytes, defines=dict(kernel.defines))
 

@@ -128,17 +128,24 @@ def measure(
     return Timing(tuple(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)))
 
 
-def compare_with_do_bench(matmul_n: int = 4096, copy_bytes: int = 2**30) -> list[dict]:
+def compare_with_do_bench(matmul_n: int = 4096, copy_bytes: int = 2**30, rounds: int = 6) -> list[dict]:
     """Median times of :func:`measure` and of ``triton.testing.do_bench`` for the same work (GPU only).
 
-    The work: an ``matmul_n``^3 float16 matmul and a ``copy_bytes`` device-to-device copy. Both
-    timers flush L2 between repetitions and use CUDA events, so their medians should agree closely.
+    The work: an ``matmul_n``^3 float16 matmul and a ``copy_bytes`` device-to-device copy. Both timers
+    flush L2 between repetitions and use CUDA events, so their medians should agree closely. The matmul
+    holds an H200 at its power limit, where the clock, and with it the matmul's time, wanders by a few
+    per cent from one half-second to the next, and drops as the chip warms. So the two timers take turns
+    over ``rounds`` rounds, each going first in half of them (a timer that always went first would be
+    handed the cooler chip), and a row compares their medians over all rounds. ``round_differences``
+    gives each round's own difference, to show how far a single pair of runs can disagree.
     """
-    import triton.testing  # only on GPU machines; imported here so the CPU build never needs it
-
+    if rounds < 2 or rounds % 2:
+        raise ValueError(f"rounds: an even number >= 2, so that each timer goes first equally often; got {rounds}")
     device = env.device()
     if device.type != "cuda":
         raise ValueError("device: the timing comparison with triton's do_bench needs a CUDA GPU")
+    import triton.testing  # only on GPU machines; imported here so the CPU build never needs it
+
     a = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.float16)
     b = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.float16)
     source = torch.randn(copy_bytes // 4, device=device)
@@ -147,10 +154,19 @@ def compare_with_do_bench(matmul_n: int = 4096, copy_bytes: int = 2**30) -> list
         f"matmul {matmul_n}^3 float16": lambda: torch.mm(a, b),
         f"copy {copy_bytes / 2**30:g} GiB": lambda: target.copy_(source),
     }
+    timers = {
+        "gpulab": lambda fn: measure(fn, device=device, warmup=10, target_s=0.5).median_s,
+        "do_bench": lambda fn: triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median") / 1e3,
+    }
     rows = []
     for name, fn in work.items():
-        ours = measure(fn, device=device, warmup=10, target_s=0.5).median_s
-        triton_s = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median") / 1e3
-        rows.append({"work": name, "gpulab_seconds": ours, "do_bench_seconds": triton_s,
-                     "difference": ours / triton_s - 1})
+        medians: dict[str, list[float]] = {timer: [] for timer in timers}
+        for round_number in range(rounds):
+            for timer in sorted(timers, reverse=round_number % 2 == 1):  # gpulab first, then do_bench first
+                medians[timer].append(timers[timer](fn))
+        ours, theirs = (statistics.median(medians[timer]) for timer in ("gpulab", "do_bench"))
+        rows.append({"work": name, "rounds": rounds, "gpulab_seconds": ours, "do_bench_seconds": theirs,
+                     "difference": ours / theirs - 1,
+                     "round_differences": [g / d - 1 for g, d in zip(medians["gpulab"], medians["do_bench"],
+                                                                     strict=True)]})
     return rows

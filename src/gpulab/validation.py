@@ -40,25 +40,35 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype_name(dtype)]
 
 
-def supported_dtype(name: str, dtype: str | torch.dtype, device: torch.device) -> str:
-    """The book's name for ``dtype`` if ``device`` computes in it natively; otherwise ValueError naming ``name``.
+def unsupported_reason(dtype: str | torch.dtype, device: torch.device) -> str | None:
+    """None if ``device`` computes in ``dtype`` natively; otherwise why not, in a sentence.
 
     TF32 and bfloat16 arithmetic arrived with Ampere (compute capability 8.0). On older GPUs and on
     CPUs, torch would silently run tf32 as plain float32, and bfloat16 through slow emulation, so a
-    measurement would carry the wrong label.
+    measurement would carry the wrong label. A sweep that meets such a dtype keeps a row with this
+    reason and goes on with the others; a single measurement raises it (:func:`supported_dtype`).
     """
-    label = dtype_name(dtype, name)
+    label = dtype_name(dtype)
     if label in FP8_DTYPES:
-        raise ValueError(f"{name}: {label} is a storage format in this book; torch multiplies it only through "
-                         "scaled kernels (torch._scaled_mm), not in ordinary arithmetic")
+        return (f"{label} is a storage format in this book; torch multiplies it only through scaled kernels "
+                "(torch._scaled_mm), not in ordinary arithmetic")
     if label in ("tf32", "bfloat16") and device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         if (major, minor) < (8, 0):
-            raise ValueError(f"{name}: {label} needs an NVIDIA GPU of compute capability 8.0 or later (Ampere); "
-                             f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
+            return (f"{label} needs an NVIDIA GPU of compute capability 8.0 or later (Ampere); "
+                    f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
     if label == "tf32" and device.type != "cuda":
-        raise ValueError(f"{name}: tf32 is a tensor-core mode of NVIDIA GPUs (Ampere and later); "
-                         f"this device is a {device.type.upper()}")
+        return f"tf32 is a tensor-core mode of NVIDIA GPUs (Ampere and later); this device is a {device.type.upper()}"
+    return None
+
+
+def supported_dtype(name: str, dtype: str | torch.dtype, device: torch.device) -> str:
+    """The book's name for ``dtype`` if ``device`` computes in it natively; otherwise ValueError naming ``name``
+    and saying why (:func:`unsupported_reason`)."""
+    label = dtype_name(dtype, name)
+    reason = unsupported_reason(label, device)
+    if reason is not None:
+        raise ValueError(f"{name}: {reason}")
     return label
 
 
@@ -104,3 +114,27 @@ def fits_in_memory(name: str, nbytes: int, device: torch.device, headroom: float
             f"{name}: needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB is free on "
             f"{device.type}; choose a smaller size"
         )
+
+
+INT32_MAX = 2**31 - 1  # the book's CUDA C kernels index with C ints
+
+
+def matmul_operands(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(m, n, k) of ``C = A @ B`` for a hand-written CUDA C kernel; ValueError naming the operand otherwise.
+
+    A and B must be contiguous 2D ``dtype`` CUDA tensors whose inner sizes agree, C a contiguous float32
+    m x n tensor, and every matrix small enough for the kernels' 32-bit int indices.
+    """
+    for name, t in (("A", A), ("B", B)):
+        if t.dtype != dtype or t.dim() != 2 or not t.is_contiguous() or t.device.type != "cuda":
+            raise ValueError(f"{name}: a contiguous 2D {dtype_name(dtype)} CUDA tensor, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device}")
+    (m, k), (k2, n) = A.shape, B.shape
+    if k != k2:
+        raise ValueError(f"B: A is {m} x {k}, so B needs {k} rows; it has {k2}")
+    if max(m * k, k * n, m * n) > INT32_MAX:
+        raise ValueError(f"A, B: the kernels index with 32-bit ints; {m} x {k} @ {k} x {n} has too many elements")
+    if C.shape != (m, n) or C.dtype != torch.float32 or not C.is_contiguous() or C.device != A.device:
+        raise ValueError(f"C: a contiguous float32 tensor of {m} x {n} on {A.device}, got {C.dtype} "
+                         f"{tuple(C.shape)} on {C.device}")
+    return m, n, k

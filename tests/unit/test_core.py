@@ -11,7 +11,14 @@ from gpulab import checks, env, flops, timing
 from gpulab.correctness import check_close, relative_error
 from gpulab.roofline import Roofline
 from gpulab.sweep import OUT_OF_MEMORY, run_sweep
-from gpulab.validation import dtype_name, fits_in_memory, positive_int, supported_dtype
+from gpulab.validation import (
+    dtype_name,
+    fits_in_memory,
+    matmul_operands,
+    positive_int,
+    supported_dtype,
+    unsupported_reason,
+)
 
 
 @pytest.mark.parametrize("value", [0, -3, 2.5, "8", True, None])
@@ -39,9 +46,42 @@ def test_dtype_the_device_lacks_is_rejected(monkeypatch):
     assert supported_dtype("dtype", "float16", torch.device("cuda", 0)) == "float16"
 
 
+def test_the_reason_a_dtype_cannot_run_is_a_sentence_without_the_argument_name():
+    cpu = torch.device("cpu")
+    assert unsupported_reason("float32", cpu) is None and unsupported_reason(torch.bfloat16, cpu) is None
+    assert unsupported_reason("tf32", cpu).startswith("tf32 is a tensor-core mode")
+    with pytest.raises(ValueError, match="^precisions: tf32 is a tensor-core mode"):
+        supported_dtype("precisions", "tf32", cpu)  # the same sentence, after the argument's name
+    with pytest.raises(ValueError, match="^dtype: unknown dtype"):
+        unsupported_reason("float12", cpu)  # a typo is an error, not a row that says 'not run'
+
+
+def test_matmul_operands_name_the_operand_that_is_wrong():
+    A = torch.zeros(32, 16)
+    with pytest.raises(ValueError, match="^A: a contiguous 2D float16 CUDA tensor, got torch.float32"):
+        matmul_operands(A, A, A, torch.float16)
+    with pytest.raises(ValueError, match="^A: a contiguous 2D float32 CUDA tensor, .* on cpu"):
+        matmul_operands(A, A, A, torch.float32)
+    if torch.cuda.is_available():
+        A, B = torch.zeros(32, 16, device="cuda"), torch.zeros(16, 8, device="cuda")
+        assert matmul_operands(A, B, torch.zeros(32, 8, device="cuda"), torch.float32) == (32, 8, 16)
+        with pytest.raises(ValueError, match="^B: A is 32 x 16, so B needs 16 rows; it has 32"):
+            matmul_operands(A, A.T.contiguous(), torch.zeros(32, 32, device="cuda"), torch.float32)
+        with pytest.raises(ValueError, match="^C: a contiguous float32 tensor of 32 x 8"):
+            matmul_operands(A, B, torch.zeros(8, 32, device="cuda"), torch.float32)
+
+
 def test_size_that_cannot_fit_is_rejected():
     with pytest.raises(ValueError, match="^n: needs .* GiB"):
         fits_in_memory("n", 2**60, torch.device("cpu"))
+
+
+def test_the_timer_comparison_takes_turns_and_needs_a_gpu(monkeypatch):
+    with pytest.raises(ValueError, match="^rounds: an even number"):
+        timing.compare_with_do_bench(rounds=3)
+    monkeypatch.setattr(timing.env, "device", lambda: torch.device("cpu"))
+    with pytest.raises(ValueError, match="^device: .* needs a CUDA GPU"):
+        timing.compare_with_do_bench()
 
 
 def test_blas_counts():

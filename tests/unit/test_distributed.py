@@ -214,6 +214,20 @@ def test_a_launch_past_its_limit_is_stopped_and_leaves_no_process():
     assert not sleepers()
 
 
+def test_ranks_killed_by_a_signal_are_tried_once_more_and_their_own_words_are_kept(tmp_path):
+    worker = tmp_path / "abort.py"  # each rank notes that it started, says so on stderr, then aborts
+    worker.write_text("import os, sys\n"
+                      f"open({str(tmp_path / 'starts')!r}, 'a').write('x')\n"
+                      "print(f\"rank {os.environ['RANK']}: giving up\", file=sys.stderr, flush=True)\n"
+                      "os.abort()\n")
+    with pytest.raises(ddp.LaunchError, match="exited with status") as caught:
+        ddp.launch([str(worker)], 2, attempts=2)
+    assert (tmp_path / "starts").read_text() == "xxxx"  # two ranks, two attempts
+    message = str(caught.value)
+    assert "rank 0: giving up" in message and "rank 1: giving up" in message  # not pushed out by torchrun's report
+    assert "SIGABRT" in message and "ChildFailedError" not in message
+
+
 def test_gpu_link_reads_nvidia_smi_topology(monkeypatch):
     table = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
              "GPU0\t X \tNV18\t0-63\t0\t\tN/A\nGPU1\tNV18\t X \t0-63\t0\t\tN/A\n\nLegend:\n  X    = Self\n")

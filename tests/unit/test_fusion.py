@@ -198,16 +198,3 @@ def test_hand_kernel_experiment_small_on_the_gpu():
     kinds = [r["kind"] for r in rows]
     assert kinds.count("CUDA C") == len(fusion.DEFAULT_VARIANTS) and kinds[-1] == "copy"
     assert all(r["fraction_of_copy"] > 0 for r in rows if r["status"] == "ok")
-
-
-@pytest.mark.parametrize(("raw", "short"), [
-    ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"
-     "(at::cuda::detail::TensorInfo<float const, unsigned int>, float)",
-     "at::native::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
-     "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
-     "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"),
-    ("triton_poi_fused_add_gelu_native_dropout_0", "triton_poi_fused_add_gelu_native_dropout_0"),
-])
-def test_kernel_names_lose_return_type_namespace_and_arguments(raw, short):
-    assert fusion._short_name(raw) == short

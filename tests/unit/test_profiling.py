@@ -58,3 +58,16 @@ def test_lambda_kernels_are_kernels_and_ranges_are_annotations(name, annotation)
 
 def test_a_user_annotation_is_recognised_by_its_flag():
     assert profiling.is_annotation(SimpleNamespace(name="my range", is_user_annotation=True))
+
+
+@pytest.mark.parametrize(("raw", "short"), [
+    ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"
+     "(at::cuda::detail::TensorInfo<float const, unsigned int>, float)",
+     "at::native::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+     "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+     "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"),
+    ("triton_poi_fused_add_gelu_native_dropout_0", "triton_poi_fused_add_gelu_native_dropout_0"),
+])
+def test_kernel_names_lose_return_type_namespace_and_arguments(raw, short):
+    assert profiling.short_name(raw) == short
