@@ -19,6 +19,7 @@ Every experiment returns rows of plain values, so that a GPU run can be recorded
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -305,9 +306,15 @@ def batch_order(samples: int, batch: int, steps: int, seed: int = 0) -> list[tor
 
 
 def _memory_baseline(device: torch.device) -> int:
-    """Bytes allocated on a GPU now, after resetting its peak counter; 0 on a CPU (not measured there)."""
+    """Bytes allocated on a GPU now, after resetting its peak counter; 0 on a CPU (not measured there).
+
+    The previous run's model and optimizer hold each other in reference cycles, which only the garbage
+    collector frees. Collected first, so that they are not counted in the baseline and then freed during
+    the run, which would hide the run's own memory (the GPU unit test once saw a peak of 0 bytes).
+    """
     if device.type != "cuda":
         return 0
+    gc.collect()
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     return torch.cuda.memory_allocated(device)
