@@ -66,7 +66,7 @@ def test_matmul_operands_name_the_operand_that_is_wrong():
         A, B = torch.zeros(32, 16, device="cuda"), torch.zeros(16, 8, device="cuda")
         assert matmul_operands(A, B, torch.zeros(32, 8, device="cuda"), torch.float32) == (32, 8, 16)
         with pytest.raises(ValueError, match="^B: A is 32 x 16, so B needs 16 rows; it has 32"):
-            matmul_operands(A, A.T.contiguous(), torch.zeros(32, 32, device="cuda"), torch.float32)
+            matmul_operands(A, torch.zeros(32, 8, device="cuda"), torch.zeros(32, 8, device="cuda"), torch.float32)
         with pytest.raises(ValueError, match="^C: a contiguous float32 tensor of 32 x 8"):
             matmul_operands(A, B, torch.zeros(8, 32, device="cuda"), torch.float32)
 
