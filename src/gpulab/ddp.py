@@ -31,6 +31,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -237,7 +238,8 @@ def gpu_link(first: int = 0, second: int = 1) -> str | None:
         report = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = [line.split() for line in report.stdout.splitlines() if line.strip()]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", report.stdout)  # nvidia-smi underlines the header with terminal codes
+    lines = [line.split() for line in plain.splitlines() if line.strip()]
     if len(lines) < 2:
         return None
     columns = [token for token in lines[0] if token.startswith("GPU")]  # the header: GPU0 GPU1 ... CPU Affinity

@@ -229,8 +229,9 @@ def test_ranks_killed_by_a_signal_are_tried_once_more_and_their_own_words_are_ke
 
 
 def test_gpu_link_reads_nvidia_smi_topology(monkeypatch):
-    table = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-             "GPU0\t X \tNV18\t0-63\t0\t\tN/A\nGPU1\tNV18\t X \t0-63\t0\t\tN/A\n\nLegend:\n  X    = Self\n")
+    # as the two-H200 machine printed it, with the header underlined by terminal escape codes
+    table = ("\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+             "GPU0\t X \tNV18\t0-31\t0\t\tN/A\nGPU1\tNV18\t X \t0-31\t0\t\tN/A\n\nLegend:\n  X    = Self\n")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=table))
     assert ddp.gpu_link() == "NV18"
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=""))
