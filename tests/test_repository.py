@@ -23,6 +23,15 @@ def test_notebook_is_committed_without_outputs_and_has_parameters(path):
     assert len(parameters) == 1 and "SMOKE = False" in parameters[0].source
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_prose_is_commented_out_in_a_code_cell(path):
+    # a heading or a "What it shows" paragraph turned into comments vanishes from the rendered page
+    nb = nbformat.read(path, as_version=4)
+    hidden = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code" for line in c.source.splitlines()
+              if line.startswith(("# # ", "# ## ", "# ### ", "# **What it shows", "# **What to look"))]
+    assert not hidden, f"prose in code cells, as comments: {hidden}; move it to a markdown cell"
+
+
 @pytest.mark.parametrize("tool", ["notebook_cells.py", "make_labs.py"])
 def test_generated_cells_and_student_labs_are_current(tool):
     result = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--check"], capture_output=True, text=True)
