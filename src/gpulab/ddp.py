@@ -18,7 +18,7 @@ rows, or its error, to a file per rank, which :func:`run_task` collects. The tas
   first; the rows give nccl-tests' algorithm and bus bandwidths {nvidia2024nccltests}
   (:func:`allreduce_bandwidth`);
 - ``scaling``: the time of a training step of an MLP on one GPU alone and under DDP on all of them
-  (:func:`ddp_scaling`): weak scaling, the same batch per GPU.
+  (:func:`ddp_scaling`): weak scaling, the same batch per GPU, optionally accumulated over micro-batches.
 
 The experiment functions live here, beside the worker code, so that a recording's code hash (of this
 module's source) changes whenever the code that measured it does.
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import re
@@ -335,17 +336,27 @@ def _allreduce_task(device: torch.device, folder: Path, sizes: Sequence[int], dt
     return rows
 
 
-def _training_step(model: torch.nn.Module, X: torch.Tensor, labels: torch.Tensor, precision: str,
+def _training_step(model: torch.nn.Module, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], precision: str,
                    learning_rate: float) -> Callable[[], torch.Tensor]:
-    """A plain SGD training step of ``model`` on one batch, in ``precision`` (bfloat16: autocast)."""
+    """A plain SGD training step of ``model`` in ``precision`` (bfloat16: autocast) over ``micro_batches``.
+
+    Each (inputs, labels) pair is one forward and backward pass, and their gradients add up (each loss
+    is divided by their number, so the sum is the mean over all of them) before one optimizer step:
+    gradient accumulation. Under DDP every micro-batch but the last runs inside ``model.no_sync()``, so
+    the accumulated gradients are all-reduced once, during the last backward pass.
+    """
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     autocast = precision == "bfloat16"
+    last = len(micro_batches) - 1
 
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = F.cross_entropy(model(X), labels)
-        loss.backward()  # under DDP, this is where the gradients are all-reduced, bucket by bucket
+        for i, (X, labels) in enumerate(micro_batches):
+            quiet = model.no_sync() if i < last and hasattr(model, "no_sync") else contextlib.nullcontext()
+            with quiet:  # the backward pass must run inside no_sync too: that is where DDP would all-reduce
+                with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=autocast):
+                    loss = F.cross_entropy(model(X), labels) / len(micro_batches)
+                loss.backward()  # under DDP and outside no_sync, the gradients are all-reduced here, bucket by bucket
         optimizer.step()
         return loss.detach()
 
@@ -353,55 +364,58 @@ def _training_step(model: torch.nn.Module, X: torch.Tensor, labels: torch.Tensor
 
 
 def _scaling_task(device: torch.device, folder: Path, sizes: Sequence[int], batches: Sequence[int],
-                  precisions: Sequence[str], warmup: int, repeats: int, learning_rate: float,
-                  seed: int) -> list[dict]:
-    """For each precision and per-rank batch: a step's time on one device alone, then under DDP."""
+                  precisions: Sequence[str], micro_batches: Sequence[int], warmup: int, repeats: int,
+                  learning_rate: float, seed: int) -> list[dict]:
+    """For each precision, per-rank batch and number of micro-batches: a step's time on one device alone,
+    then under DDP."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
     parameters = distributed.parameter_count(sizes)
     link = gpu_link() if device.type == "cuda" and rank == 0 else None
     rows = []
-    for precision in precisions:
+    for precision, batch, count in itertools.product(precisions, batches, micro_batches):
         name = supported_dtype("precisions", precision, device)
         if name not in SCALING_PRECISIONS:
             raise ValueError(f"precisions: one of {', '.join(SCALING_PRECISIONS)}, got {name!r}")
-        for batch in batches:
-            generator = torch.Generator().manual_seed(seed + 1 + rank)  # each rank its own share of the data
-            X = torch.randn(batch, sizes[0], generator=generator).to(device)
-            labels = torch.randint(0, sizes[-1], (batch,), generator=generator).to(device)
-            with matmul_mode("tf32" if name == "tf32" else "float32"):
-                # One device alone: every rank at once, each on its own GPU, without talking to the others.
-                with torch.random.fork_rng(devices=[]):
-                    alone = mlp.torch_mlp(sizes, seed=seed).to(device)
-                step = _training_step(alone, X, labels, name, learning_rate)
-                _barrier(device)
-                single = timing.measure(step, device=device, warmup=warmup, repeats=repeats, flush_l2=False)
-                del alone, step
-                # All of them under DDP: the same model and batch per rank, gradients averaged every step.
-                with torch.random.fork_rng(devices=[]):
-                    model = mlp.torch_mlp(sizes, seed=seed).to(device)
-                together = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                               gradient_as_bucket_view=True)
-                step = _training_step(together, X, labels, name, learning_rate)
-                loss = step()
-                if not torch.isfinite(loss):
-                    raise AssertionError(f"{name}, batch {batch}: the loss of a DDP step is {loss.item()}")
-                _check_in_step(model)
-                _barrier(device)
-                ddp = timing.measure(step, device=device, warmup=warmup, repeats=repeats, flush_l2=False)
-                del together, model, step
-            single_s, ddp_s = _max_over_ranks(single.median_s, device), _max_over_ranks(ddp.median_s, device)
-            gemm_flops = mlp.step_totals(mlp.training_step_operations(sizes, batch))["gemm"]
-            rows.append({"precision": name, "batch_per_device": batch, "devices": world, "sizes": list(sizes),
-                         "parameters": parameters, "gradient_bytes": parameters * 4,  # float32 in every precision
-                         "single_seconds": single_s, "ddp_seconds": ddp_s,
-                         "single_spread": single.spread, "ddp_spread": ddp.spread,
-                         "single_samples_per_s": batch / single_s, "ddp_samples_per_s": world * batch / ddp_s,
-                         "efficiency": single_s / ddp_s, "single_tflops": gemm_flops / single_s / 1e12,
-                         "link": link, "status": "ok"})
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        generator = torch.Generator().manual_seed(seed + 1 + rank)  # each rank its own share of the data
+        data = [(torch.randn(batch, sizes[0], generator=generator).to(device),
+                 torch.randint(0, sizes[-1], (batch,), generator=generator).to(device)) for _ in range(count)]
+        with matmul_mode("tf32" if name == "tf32" else "float32"):
+            # One device alone: every rank at once, each on its own GPU, without talking to the others.
+            with torch.random.fork_rng(devices=[]):
+                alone = mlp.torch_mlp(sizes, seed=seed).to(device)
+            step = _training_step(alone, data, name, learning_rate)
+            _barrier(device)
+            single = timing.measure(step, device=device, warmup=warmup, repeats=repeats, flush_l2=False)
+            del alone, step
+            # All of them under DDP: the same model and data per rank, gradients averaged every step.
+            with torch.random.fork_rng(devices=[]):
+                model = mlp.torch_mlp(sizes, seed=seed).to(device)
+            together = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                           gradient_as_bucket_view=True)
+            step = _training_step(together, data, name, learning_rate)
+            loss = step()
+            if not torch.isfinite(loss):
+                raise AssertionError(f"{name}, batch {batch}: the loss of a DDP step is {loss.item()}")
+            _check_in_step(model)
+            _barrier(device)
+            ddp = timing.measure(step, device=device, warmup=warmup, repeats=repeats, flush_l2=False)
+            del together, model, step
+        single_s, ddp_s = _max_over_ranks(single.median_s, device), _max_over_ranks(ddp.median_s, device)
+        samples = count * batch  # per device and step
+        gemm_flops = count * mlp.step_totals(mlp.training_step_operations(sizes, batch))["gemm"]
+        rows.append({"precision": name, "batch_per_device": batch, "micro_batches": count,
+                     "samples_per_step": samples, "devices": world, "sizes": list(sizes),
+                     "parameters": parameters, "gradient_bytes": parameters * 4,  # float32 in every precision
+                     "single_seconds": single_s, "ddp_seconds": ddp_s,
+                     "single_spread": single.spread, "ddp_spread": ddp.spread,
+                     "single_samples_per_s": samples / single_s, "ddp_samples_per_s": world * samples / ddp_s,
+                     "efficiency": single_s / ddp_s, "single_tflops": gemm_flops / single_s / 1e12,
+                     "link": link, "status": "ok"})
+        del data
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -488,18 +502,21 @@ def allreduce_bandwidth(sizes: Sequence[int], processes: int = 2, backend: str =
 
 
 def ddp_scaling(sizes: Sequence[int], batches: Sequence[int], precisions: Sequence[str] = ("bfloat16",),
-                processes: int = 2, *, warmup: int = 5, repeats: int = 20, learning_rate: float = 1e-3,
-                seed: int = 0, timeout_s: float = TIMEOUT_S) -> list[dict]:
+                processes: int = 2, *, micro_batches: Sequence[int] = (1,), warmup: int = 5, repeats: int = 20,
+                learning_rate: float = 1e-3, seed: int = 0, timeout_s: float = TIMEOUT_S) -> list[dict]:
     """Weak scaling of a training step of the MLP ``sizes``: one device alone against ``processes`` under DDP.
 
-    For each precision (float32 with TF32 off, tf32, or bfloat16 autocast) and batch per device, each rank
-    times a step alone, then all ranks time DDP steps together (after checking that a DDP step leaves the
-    same weights on every rank). ``efficiency`` = throughput of all / (processes x throughput of one) =
-    single_seconds / ddp_seconds. On GPUs (nccl, one per process) when there are enough, else on CPU (gloo).
+    For each precision (float32 with TF32 off, tf32, or bfloat16 autocast), batch per device and number of
+    micro-batches (a step accumulates the gradients of that many batches, and DDP all-reduces once per
+    step), each rank times a step alone, then all ranks time DDP steps together (after checking that a DDP
+    step leaves the same weights on every rank). ``efficiency`` = throughput of all / (processes x
+    throughput of one) = single_seconds / ddp_seconds. On GPUs (nccl, one per process) when there are
+    enough, else on CPU (gloo).
     """
     backend = "nccl" if torch.cuda.device_count() >= processes > 1 else "gloo"
     params = {"sizes": positive_ints("sizes", sizes), "batches": positive_ints("batches", batches),
-              "precisions": [dtype_name(p, "precisions") for p in precisions], "warmup": warmup,
+              "precisions": [dtype_name(p, "precisions") for p in precisions],
+              "micro_batches": positive_ints("micro_batches", micro_batches), "warmup": warmup,
               "repeats": positive_int("repeats", repeats), "learning_rate": learning_rate, "seed": seed}
     reports = run_task("scaling", params, processes, backend, timeout_s=timeout_s)
     first = reports[0]

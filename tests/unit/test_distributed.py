@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import ddp, distributed
+from gpulab import ddp, distributed, mlp
 from gpulab.correctness import relative_error
 from gpulab.distributed import Message
 
@@ -185,11 +185,23 @@ def test_allreduce_bandwidth_on_gloo():
 
 
 def test_ddp_scaling_runs_on_gloo_and_reports_efficiency():
-    rows = ddp.ddp_scaling([16, 32, 4], [8], ["float32"], processes=2, warmup=1, repeats=3)
-    (row,) = rows
-    assert row["devices"] == 2 and row["backend"] == "gloo" and row["parameters"] == (17 * 32 + 33 * 4)
-    assert row["efficiency"] == pytest.approx(row["single_seconds"] / row["ddp_seconds"])
-    assert row["ddp_samples_per_s"] == pytest.approx(2 * 8 / row["ddp_seconds"])
+    rows = ddp.ddp_scaling([16, 32, 4], [8], ["float32"], processes=2, micro_batches=[1, 3], warmup=1, repeats=3)
+    one, three = rows
+    for row, count in ((one, 1), (three, 3)):
+        assert row["devices"] == 2 and row["backend"] == "gloo" and row["parameters"] == (17 * 32 + 33 * 4)
+        assert row["micro_batches"] == count and row["samples_per_step"] == 8 * count
+        assert row["efficiency"] == pytest.approx(row["single_seconds"] / row["ddp_seconds"])
+        assert row["ddp_samples_per_s"] == pytest.approx(2 * 8 * count / row["ddp_seconds"])
+
+
+def test_accumulated_micro_batches_take_the_step_of_their_union():
+    generator = torch.Generator().manual_seed(0)
+    X, labels = torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+    whole, parts = (mlp.torch_mlp([6, 5, 3], seed=1) for _ in range(2))
+    ddp._training_step(whole, [(X, labels)], "float32", 0.1)()
+    ddp._training_step(parts, [(X[:4], labels[:4]), (X[4:], labels[4:])], "float32", 0.1)()  # equal halves
+    for a, b in zip(whole.parameters(), parts.parameters(), strict=True):
+        torch.testing.assert_close(a, b)  # up to rounding: the same mean gradient, summed in another order
 
 
 def test_a_worker_error_reaches_the_notebook_with_its_message():
