@@ -33,6 +33,7 @@ from plotly.subplots import make_subplots
 from gpulab import env, mlp, plots, timing
 from gpulab.correctness import check_close
 from gpulab.precision import FORMATS, MATMUL_TOLERANCE, format_of, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, unsupported_reason
 
 # The precisions a training run can use. float16 and bfloat16 mean AMP: torch.autocast in that dtype over
@@ -160,6 +161,7 @@ def autocast_treatment(from_float32: str, from_low: str, low: str) -> str:
     return f"other ({from_float32} from float32, {from_low} from {low})"
 
 
+@experiment("amp_autocast_dtypes")
 def autocast_dtypes(dtypes: Sequence[str] = AUTOCAST_DTYPES) -> list[dict]:
     """Run each of :data:`AUTOCAST_OPS` inside ``torch.autocast`` on this device, in each autocast dtype.
 
@@ -410,6 +412,7 @@ def digits_data(device: torch.device | None = None) -> dict[str, torch.Tensor]:
     return {key: value.to(device) for key, value in mlp.load_digits_split().items()}
 
 
+@experiment("amp_digits_precisions")
 def digits_precisions(precisions: Sequence[str] = PRECISIONS, hidden: Sequence[int] = (256, 256), epochs: int = 30,
                       batch: int = 64, learning_rate: float = LEARNING_RATE,
                       seeds: Sequence[int] = (0, 1, 2)) -> list[dict]:
@@ -451,6 +454,7 @@ def teacher_data(train_samples: int, test_samples: int, inputs: int, classes: in
     return data
 
 
+@experiment("amp_wide_mlp")
 def wide_mlp_precisions(precisions: Sequence[str] = PRECISIONS, inputs: int = 1024, width: int = 4096,
                         depth: int = 3, batch: int = 2048, steps: int = 300, learning_rate: float = 0.05,
                         seeds: Sequence[int] = (0, 1, 2), test_samples: int = 8192) -> list[dict]:
@@ -583,6 +587,7 @@ def _reference_gradients(hidden: Sequence[int], epochs: int, batch: int, seed: i
     return training.model, X, labels, captured_gradients(training.model, X, labels)
 
 
+@experiment("amp_gradient_histogram")
 def gradient_histogram(hidden: Sequence[int] = (256, 256), epochs: int = 20, batch: int = 64,
                        seed: int = 0) -> list[dict]:
     """Histogram of log2 |gradient| of a trained digits MLP on one training batch, computed in float32.
@@ -618,6 +623,7 @@ def flushed_share(values: torch.Tensor, loss_scale: float, dtype: str = "float16
             "overflowed": torch.isinf(stored).double().mean().item()}
 
 
+@experiment("amp_loss_scale_underflow")
 def loss_scale_underflow(scales: Sequence[float] = (1.0, 2.0**8, 2.0**16, 2.0**24, 2.0**32),
                          hidden: Sequence[int] = (256, 256), epochs: int = 20, batch: int = 64,
                          seed: int = 0) -> list[dict]:
@@ -647,6 +653,7 @@ def loss_scale_underflow(scales: Sequence[float] = (1.0, 2.0**8, 2.0**16, 2.0**2
     return rows
 
 
+@experiment("amp_loss_scale_trace")
 def loss_scale_trace(init_scale: float = 2.0**24, growth_interval: int = 10, steps: int = 200,
                      hidden: Sequence[int] = (256, 256), batch: int = 64, seed: int = 0) -> list[dict]:
     """Train the digits MLP in float16 AMP with a GradScaler started at ``init_scale``, recording every step.

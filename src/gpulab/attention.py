@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab import env, profiling, timing
 from gpulab.correctness import check_close, random_tensor
+from gpulab.provenance import experiment
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
 
 BLOCK_PARTS = ("QKV projections", "scores QK^T", "AV", "output projection", "MLP")
@@ -297,6 +298,7 @@ def profile_training_step(layers: int, d_model: int, heads: int, d_ff: int, batc
     return rows
 
 
+@experiment("attention_training_step")
 def training_step_profile(layers: int, d_model: int, heads: int, d_ff: int, batch: int, seq_len: int,
                           precisions: Sequence[str], steps: int = 3) -> list[dict]:
     """:func:`profile_training_step` in each of ``precisions``: rows of precision, category, seconds and share."""

@@ -28,6 +28,7 @@ from plotly.subplots import make_subplots
 from gpulab import env, flops, plots, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.precision import FORMATS, MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import (
     DTYPES,
@@ -122,6 +123,7 @@ def measure_batched_gemm(method: str, n: int, batch: int, dtype: str = "float32"
     }
 
 
+@experiment("batched_gemm")
 def gemm_sweep(sizes: Sequence[int], batches: Sequence[int], dtypes: Sequence[str] = ("float32",),
                methods: Sequence[str] = METHODS) -> list[dict]:
     """Every method at every matrix order, batch count and dtype, on this chapter's device.
@@ -294,6 +296,7 @@ def _measure_lu_on(n: int, dtype: str, device: str) -> dict:
     return measure_lu(n, dtype, torch.device("cpu") if device == "cpu" else env.device())
 
 
+@experiment("batched_lu")
 def lu_sweep(sizes: Sequence[int], dtypes: Sequence[str] = LU_DTYPES, cpu_max_n: int = 8192) -> list[dict]:
     """getrf at every size and dtype on the host CPU (up to ``cpu_max_n``) and, where there is one, on the GPU.
 
@@ -416,6 +419,7 @@ def measure_small_lu(method: str, n: int, batch: int, dtype: str = "float64",
             "gflops": work / measured.median_s / 1e9, "backward_error": error, "tolerance": lu_tolerance(label)}
 
 
+@experiment("batched_small_lu")
 def small_lu_sweep(sizes: Sequence[int], batches: Sequence[int], dtypes: Sequence[str] = LU_DTYPES,
                    methods: Sequence[str] = LU_METHODS) -> list[dict]:
     """Both methods at every matrix order, batch count and dtype, on this chapter's device."""

@@ -16,6 +16,7 @@ import torch
 from gpulab import env, flops, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive_ints, supported_dtype
 
@@ -96,6 +97,7 @@ def blas_sweep(ops: Sequence[str], sizes: Sequence[int], dtypes: Sequence[str]) 
     return run_sweep(measure_blas, points)
 
 
+@experiment("blas_levels")
 def levels_sweep(vector_sizes: Sequence[int], matrix_sizes: Sequence[int], dtypes: Sequence[str]) -> list[dict]:
     """Levels 1 (axpy, dot) over ``vector_sizes`` and levels 2 and 3 (gemv, gemm) over ``matrix_sizes``."""
     return blas_sweep(["axpy", "dot"], vector_sizes, dtypes) + blas_sweep(["gemv", "gemm"], matrix_sizes, dtypes)
@@ -117,6 +119,7 @@ def measure_copy(nbytes: int, device: torch.device | None = None) -> dict:
             "gbytes_per_s": moved / measured.median_s / 1e9}
 
 
+@experiment("blas_ceilings")
 def ceilings(copy_bytes: int, matmul_n: int, dtypes: Sequence[str]) -> list[dict]:
     """The roofline's two ceilings on this device: copy bandwidth, and matmul rate per dtype."""
     rows = [{"ceiling": "bandwidth", **row} for row in run_sweep(measure_copy, [{"nbytes": copy_bytes}])]
@@ -153,6 +156,7 @@ def measure_blocked_gemm(n: int, block: int, dtype: str = "float32", device: tor
             "gflops": cost.flops / measured.median_s / 1e9, "relative_error": error}
 
 
+@experiment("blas_blocking")
 def blocked_gemm_sweep(n: int, blocks: Sequence[int], dtype: str = "float32") -> list[dict]:
     blocks = positive_ints("blocks", blocks)
     return run_sweep(measure_blocked_gemm, [{"n": n, "block": b, "dtype": dtype} for b in blocks])
@@ -170,6 +174,7 @@ def _unsynchronized_seconds(fn: Callable[[], object], device: torch.device, repe
     return statistics.median(samples)
 
 
+@experiment("lab_gflops_vs_n")
 def timing_trap(sizes: Sequence[int], numpy_sizes: Sequence[int], dtype: str = "float32") -> list[dict]:
     """C = A B timed the wrong way (no synchronisation) and the right way on this device, plus NumPy on the CPU.
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from gpulab import attention, env, timing
 from gpulab.correctness import check_close, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, torch_dtype
 
@@ -285,6 +286,7 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(error).__name__
 
 
+@experiment("fusion_attention")
 def attention_sweep(seq_lens: Sequence[int], batch: int, heads: int, head_dim: int, dtype: str,
                     methods: Sequence[str] = DEFAULT_METHODS, check_len: int = 256) -> list[dict]:
     """Each attention method at each sequence length: a row per (method, seq_len) from :func:`measure_attention`.

@@ -33,6 +33,7 @@ from plotly.subplots import make_subplots
 from gpulab import env, plots, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, supported_dtype
 
@@ -395,6 +396,7 @@ def layers_by_name(layers: Sequence[ConvLayer | dict]) -> dict[str, ConvLayer]:
     return named
 
 
+@experiment("conv_memory")
 def memory_sweep(layers: Sequence[ConvLayer | dict], dtype: str = "float32",
                  tile_bytes: int = TILE_BYTES) -> list[dict]:
     """:func:`measure_memory` for every layer; a layer too big for memory is a row saying so."""
@@ -469,6 +471,7 @@ def measure_layer(spec: ConvLayer | dict, dtype: str = "float32", methods: Seque
     return rows
 
 
+@experiment("conv_layers")
 def layers_sweep(layers: Sequence[ConvLayer | dict], dtypes: Sequence[str], methods: Sequence[str] = METHODS,
                  direct_max_positions: int = 784, tile_bytes: int = TILE_BYTES) -> list[dict]:
     """:func:`measure_layer` for every dtype and layer; a layer too big for memory is one row saying so."""

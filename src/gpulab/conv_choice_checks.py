@@ -44,6 +44,7 @@ from plotly.subplots import make_subplots
 from gpulab import conv, env, kernel_checks, plots, timing
 from gpulab.correctness import check_close
 from gpulab.precision import MATMUL_TOLERANCE
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, supported_dtype
 
@@ -489,6 +490,7 @@ def _measure_in_thread(data: dict, points: list[dict], benchmark: bool, device: 
         torch.backends.cudnn.benchmark = saved
 
 
+@experiment("lab_conv_choice")
 def measure_settings(layers: Sequence[conv.ConvLayer | dict] = LAYERS, layouts: Sequence[str] = LAYOUTS,
                      dtypes: Sequence[str] = DTYPES, benchmarks: Sequence[bool] = BENCHMARKS,
                      target_s: float | None = None) -> list[dict]:

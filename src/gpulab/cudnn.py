@@ -43,6 +43,7 @@ from plotly.subplots import make_subplots
 from gpulab import attention, conv, env, plots, profiling, specs, timing
 from gpulab.correctness import check_close, random_tensor
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, unsupported_reason
 
@@ -849,6 +850,7 @@ def _sweep(measure: Callable[..., dict], points: list[dict], fixed: dict) -> lis
     return [{**fixed, **row} for row in run_sweep(measure, points)]
 
 
+@experiment("cudnn_benchmark")
 def benchmark_sweep(layers: Sequence[conv.ConvLayer | dict], dtype: str = "float32",
                     layout: str = "NCHW") -> list[dict]:
     """Each layer's torch convolution with ``cudnn.benchmark`` off (cuDNN's heuristics pick the algorithm) and
@@ -864,6 +866,7 @@ def benchmark_sweep(layers: Sequence[conv.ConvLayer | dict], dtype: str = "float
                   {"method": "conv2d", "dtype": dtype, "layout": layout})
 
 
+@experiment("cudnn_layouts_precisions")
 def layouts_precisions_sweep(layers: Sequence[conv.ConvLayer | dict], precisions: Sequence[str],
                              layouts: Sequence[str] = LAYOUTS, benchmark: bool = True,
                              im2col: bool = True) -> list[dict]:
@@ -887,6 +890,7 @@ def layouts_precisions_sweep(layers: Sequence[conv.ConvLayer | dict], precisions
     return rows
 
 
+@experiment("cudnn_channels")
 def channels_sweep(channels: Sequence[int], batch: int, size: int, filter_size: int = 3, dtype: str = "float16",
                    layouts: Sequence[str] = LAYOUTS, benchmark: bool = True) -> list[dict]:
     """torch's convolution with C = K = each of ``channels`` (``batch`` images of ``size`` x ``size``, "same"
@@ -905,6 +909,7 @@ def channels_sweep(channels: Sequence[int], batch: int, size: int, filter_size: 
 FILTER_METHODS = ("conv2d", "im2col + GEMM", "implicit GEMM (tiled)", "FFT", "FFT tiled", "Winograd F(2x2, 3x3)")
 
 
+@experiment("cudnn_filter_sizes")
 def filter_sizes_sweep(filter_sizes: Sequence[int], batch: int = 1, channels: int = TALK_SIZES["c"],
                        size: int = TALK_SIZES["h"], dtype: str = "float32",
                        methods: Sequence[str] = FILTER_METHODS) -> list[dict]:
@@ -932,6 +937,7 @@ def filter_sizes_sweep(filter_sizes: Sequence[int], batch: int = 1, channels: in
     return _sweep(measure, points, {"dtype": dtype, "batch": batch, "channels": channels, "size": size})
 
 
+@experiment("cudnn_deterministic")
 def deterministic_sweep(layers: Sequence[conv.ConvLayer | dict], dtype: str = "float32", repeats: int = 3,
                         benchmark: bool = True) -> list[dict]:
     """Each layer's forward pass and both backward convolutions with ``cudnn.deterministic`` off and on: a row

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 
 from gpulab import distributed, env, mlp, timing
 from gpulab.precision import matmul_mode
+from gpulab.provenance import experiment
 from gpulab.validation import dtype_name, positive_int, positive_ints, supported_dtype
 
 SRC = Path(__file__).resolve().parents[1]  # the folder that holds the gpulab package
@@ -480,6 +481,7 @@ def ddp_gradients(sizes: Sequence[int], batch: int, processes: int = 2, seed: in
         return torch.load(Path(folder) / "gradients.pt")
 
 
+@experiment("distributed_nccl_allreduce", runs=("main",))
 def allreduce_bandwidth(sizes: Sequence[int], processes: int = 2, backend: str = "gloo", dtype: str = "float32", *,
                         warmup: int = 5, budget_bytes: int | None = None, least: int = 5, most: int | None = None,
                         seed: int = 0, timeout_s: float = TIMEOUT_S) -> list[dict]:
@@ -501,6 +503,7 @@ def allreduce_bandwidth(sizes: Sequence[int], processes: int = 2, backend: str =
              "nccl_version": first["nccl_version"], "status": "ok"} for row in first["rows"]]
 
 
+@experiment("distributed_ddp_scaling", runs=("main",))
 def ddp_scaling(sizes: Sequence[int], batches: Sequence[int], precisions: Sequence[str] = ("bfloat16",),
                 processes: int = 2, *, micro_batches: Sequence[int] = (1,), warmup: int = 5, repeats: int = 20,
                 learning_rate: float = 1e-3, seed: int = 0, timeout_s: float = TIMEOUT_S) -> list[dict]:

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from gpulab import attention, blas, env, flops, kernels, plots, profiling, timing
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
+from gpulab.provenance import experiment
 from gpulab.roofline import Roofline
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
@@ -402,6 +403,7 @@ def _timed_row(fn: Callable[[], object], cost: flops.Cost, device: torch.device,
             "spread": t.spread, "gflops": cost.flops / t.median_s / 1e9, "gbytes_per_s": cost.bytes / t.median_s / 1e9}
 
 
+@experiment("fusion_roofline")
 def pointwise_roofline(rows: int, cols: int, copy_bytes: int, matmul_n: int,
                        ceiling_dtypes: Sequence[str] = ("float32",), p: float = 0.1, seed: int = 0) -> list[dict]:
     """ReLU, GELU, LayerNorm, softmax and bias + GELU + dropout on a ``rows x cols`` float32 matrix, timed.
@@ -498,6 +500,7 @@ def _chain_function(chain: str, p: float) -> Callable:
     return add_layer_norm
 
 
+@experiment("fusion_compile")
 def compile_comparison(rows: int, cols: int, p: float = 0.1, use_compile: bool = True,
                        chains: Sequence[str] = tuple(CHAINS)) -> list[dict]:
     """Each chain of :data:`CHAINS` on a ``rows x cols`` float32 matrix, eager and through ``torch.compile``.
@@ -566,6 +569,7 @@ DEFAULT_VARIANTS = ({"approximate": "none", "blocks_per_sm": 4}, {"approximate":
                     {"approximate": "tanh", "blocks_per_sm": 4})
 
 
+@experiment("fusion_hand_kernel")
 def hand_kernel(rows: int, cols: int, p: float = 0.1, seed: int = 1234,
                 variants: Sequence[dict] = DEFAULT_VARIANTS, use_compile: bool = True) -> list[dict]:
     """Bias + GELU + dropout on a ``rows x cols`` float32 matrix: the hand-fused kernel in each of
@@ -668,6 +672,7 @@ def _update_methods(sizes: list[int], start: torch.Tensor, grads: torch.Tensor, 
     }
 
 
+@experiment("fusion_horizontal")
 def horizontal_fusion(d_models: Sequence[int], layers: int, learning_rate: float = 1e-3) -> list[dict]:
     """An SGD-style update ``p -= lr g`` of every parameter of a transformer (:func:`parameter_sizes`), three ways.
 

@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 
 from gpulab import blas, env, kernel_checks, kernels, plots, timing
 from gpulab.correctness import poisoned
+from gpulab.provenance import experiment
 from gpulab.threads import blocks_for
 from gpulab.validation import fits_in_memory, positive_int
 
@@ -497,6 +498,7 @@ def compare_with_copy(launches: Mapping[str, Callable], rows: int, cols: int,
     return table
 
 
+@experiment("lab_fuse_it")
 def measure_fusion(rows: int = 2**14, cols: int = 2**12, threads: Sequence[int] = (32, 8)) -> list[dict]:
     """The lab's experiment on a GPU: eager PyTorch, the two reference fused kernels and a copy (see
     :func:`compare_with_copy`), at rows x cols float32 with blocks of ``threads = (tx, ty)``."""

@@ -32,6 +32,7 @@ from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
 from gpulab.mlp import tile_waves
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, matmul_operands, positive_int, positive_ints
 
@@ -194,6 +195,7 @@ def _kernel(s: Step, m: int, n: int, k: int, device: torch.device) -> dict:
     return {**_measure(prepared(s, A, B, C), m, n, k, device), "relative_error": error}
 
 
+@experiment("gemm_worklog")
 def worklog(n: int = 4096, steps: Sequence[Step] = STEPS,
             check_size: tuple[int, int, int] = (1000, 1204, 772)) -> list[dict]:
     """Check and time every step at ``n`` x ``n`` x ``n`` beside cuBLAS (TF32 off), one row each.
@@ -221,6 +223,7 @@ def worklog(n: int = 4096, steps: Sequence[Step] = STEPS,
     return rows
 
 
+@experiment("gemm_tuning")
 def tuning(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)) -> list[dict]:
     """Step 9 compiled with each of ``variants`` (tile sizes, see :func:`prefetched`): checked, timed at n^3."""
     n = positive_int("n", n)
@@ -236,6 +239,7 @@ def tuning(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},)) -> list
     return rows
 
 
+@experiment("gemm_tile_quantization", "gemm_wave_quantization")
 def size_sweep(ms: Sequence[int], ns: Sequence[int], k: int, s: Step = BEST) -> list[dict]:
     """Step ``s`` and cuBLAS (TF32 off) at every (M, N) of ``zip(ms, ns)`` with depth ``k``; each row also
     carries the tile and wave model of step ``s``'s tile on this GPU's SMs (its resident blocks per SM

@@ -22,6 +22,7 @@ import torch
 from gpulab import blas, clocks, env, flops, specs, timing
 from gpulab.correctness import random_tensor
 from gpulab.precision import matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
@@ -46,6 +47,7 @@ def _sustained_matmul(n: int, label: str, device: torch.device, seconds: float) 
     return count * flops.gemm(n, n, n, label).flops / elapsed, log
 
 
+@experiment("hardware_peaks")
 def peaks_vs_measured(matmul_n: int, dtypes: Sequence[str], copy_bytes: int, sustain_s: float = 2.0) -> list[dict]:
     """Measured matmul rate per dtype and copy bandwidth, beside this GPU's derived peaks and its real clock.
 
@@ -132,6 +134,7 @@ def measure_copy_level(nbytes: int, hot: bool) -> dict:
             "gbytes_per_s": 2 * nbytes / seconds / 1e9}
 
 
+@experiment("hardware_copy_hierarchy")
 def copy_hierarchy(sizes: Sequence[int]) -> list[dict]:
     """Copy bandwidth for each size in bytes, hot (still cached) and cold (evicted): rows per size and mode."""
     sizes = positive_ints("sizes", sizes)
@@ -189,6 +192,7 @@ def measure_transfer(nbytes: int, direction: str, memory: str) -> dict:
     return {"seconds": measured.median_s, "spread": measured.spread, "gbytes_per_s": nbytes / measured.median_s / 1e9}
 
 
+@experiment("hardware_host_transfers")
 def host_transfers(sizes: Sequence[int]) -> list[dict]:
     """Host-device copy bandwidth for each size: both directions, pinned and pageable host memory."""
     sizes = positive_ints("sizes", sizes)

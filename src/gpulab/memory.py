@@ -22,6 +22,7 @@ import torch
 from gpulab import blas, env, kernels, occupancy, specs
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
@@ -32,6 +33,7 @@ STENCIL_RADIUS, STENCIL_BLOCK = 3, 256  # as in 10_stencil_1d.cu
 TILE, BLOCK_ROWS = 32, 8  # as in 11-14
 
 
+@experiment("memory_sizes")
 def memory_sizes() -> list[dict]:
     """The memory spaces of this GPU with their sizes, as its driver reports them (and the spec table's L1)."""
     kernels.require_gpu("memory_sizes")
@@ -60,6 +62,7 @@ def sectors_per_warp(stride: int, element_bytes: int = 4, warp: int = occupancy.
     return len({t * stride * element_bytes // SECTOR_BYTES for t in range(warp)})
 
 
+@experiment("memory_coalescing")
 def coalescing(n: int, strides: Sequence[int]) -> list[dict]:
     """Strided-read bandwidth (09_strided_read.cu): ``out[i] = in[i * stride]`` for ``n`` outputs.
 
@@ -93,6 +96,7 @@ def stencil_reference(values: torch.Tensor, radius: int = STENCIL_RADIUS) -> tor
     return values.double().unfold(0, 2 * radius + 1, 1).sum(dim=1)
 
 
+@experiment("memory_stencil")
 def stencil(n: int, trials: int = 3) -> list[dict]:
     """Run the shared-memory stencil with and without ``__syncthreads()``: wrong outputs per trial.
 
@@ -145,6 +149,7 @@ TRANSPOSES = (
 )
 
 
+@experiment("memory_transpose")
 def transpose(n: int = 16384) -> list[dict]:
     """Bandwidth of the copy and the three transposes of an n x n float32 matrix, and of a device copy.
 
@@ -175,6 +180,7 @@ def transpose(n: int = 16384) -> list[dict]:
     return rows
 
 
+@experiment("memory_bytes_in_flight")
 def bytes_in_flight(nbytes: int, blocks_per_sm: Sequence[float], loads: Sequence[int],
                     threads_per_block: int = 256) -> list[dict]:
     """Copy bandwidth (15_copy_in_flight.cu) for grids of a few threads, each with ``loads`` 16-byte loads in flight.

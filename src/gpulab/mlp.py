@@ -34,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from gpulab import env, flops, plots, timing
 from gpulab.correctness import check_close, poisoned, random_tensor, relative_error
 from gpulab.precision import MATMUL_TOLERANCE, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import ok_rows, run_sweep
 from gpulab.validation import dtype_name, fits_in_memory, positive_int, positive_ints, supported_dtype
 
@@ -504,6 +505,7 @@ def _forward_gemm(X: torch.Tensor, W: torch.Tensor, Y: torch.Tensor) -> Callable
     return lambda: torch.mm(X, W.T, out=Y)
 
 
+@experiment("mlp_fc_batch_sweep")
 def fc_batch_sweep(batches: Sequence[int], inputs: int, outputs: int, dtypes: Sequence[str]) -> list[dict]:
     """The forward GEMM's rate against batch size (NVIDIA's N), inputs and outputs fixed."""
     batches = positive_ints("batches", batches)
@@ -512,6 +514,7 @@ def fc_batch_sweep(batches: Sequence[int], inputs: int, outputs: int, dtypes: Se
     return run_sweep(measure_linear, points)
 
 
+@experiment("mlp_fc_feature_sweep")
 def fc_feature_sweep(features: Sequence[int], batch: int, fixed: int, dtypes: Sequence[str]) -> list[dict]:
     """The rate against the number of outputs (NVIDIA's M), then of inputs (K); the other feature count is ``fixed``.
 
@@ -531,6 +534,7 @@ def fc_feature_sweep(features: Sequence[int], batch: int, fixed: int, dtypes: Se
     return run_sweep(measure, points)
 
 
+@experiment("mlp_alignment", "tensor_alignment")
 def alignment_sweep(base: int, sizes: Sequence[int], dtypes: Sequence[str]) -> list[dict]:
     """The multiple-of-8 rule: each of batch, inputs and outputs in turn takes each of ``sizes``, the others ``base``.
 

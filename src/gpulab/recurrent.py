@@ -29,6 +29,7 @@ import torch
 from gpulab import env, timing
 from gpulab.correctness import check_close, random_tensor
 from gpulab.precision import matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
 
@@ -399,6 +400,7 @@ def measure_lstm_layer(hidden: int, seq_len: int, batch: int, dtype: str = "floa
             "flops": work, "gflops": work / measured.median_s / 1e9, "relative_error": error}
 
 
+@experiment("rnn_lstm_layer")
 def lstm_layer_sweep(hidden_sizes: Sequence[int], seq_lens: Sequence[int], batch: int,
                      dtypes: Sequence[str], implementations: Sequence[str] = IMPLEMENTATIONS) -> list[dict]:
     """:func:`measure_lstm_layer` for every dtype, sequence length, hidden size and implementation."""

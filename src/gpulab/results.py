@@ -2,8 +2,9 @@
 
 A recording is ``results/<gpu-slug>/<experiment>.json``: the rows an experiment function returned,
 the parameters it ran with, and provenance -- the device, driver, CUDA, cuDNN and torch versions,
-the date, the git commit, and a hash of the code that produced the rows. When that code changes
-the recording becomes *stale*, and the test suite says so until ``make gpu-run`` refreshes it.
+the date, the git commit, and the fingerprint of the code the experiment runs (:mod:`gpulab.provenance`).
+When that code changes the recording becomes *stale*: :func:`stale_recordings` says which recordings and
+which of their code changed, and the test suite fails until ``make gpu-run`` refreshes them.
 
 Set ``GPULAB_RECORD=1`` (``make gpu-run`` does) to save every live GPU run as the new recording.
 """
@@ -11,21 +12,18 @@ Set ``GPULAB_RECORD=1`` (``make gpu-run`` does) to save every live GPU run as th
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import importlib
-import inspect
 import json
 import os
-import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulab import env, timing
+from gpulab import env
+from gpulab.provenance import changes as code_changes
+from gpulab.provenance import declaration, fingerprint, fingerprint_of, package_source
 
-SCHEMA = 1
-KERNELS = Path(__file__).parent / "kernels"  # the CUDA C files, named in experiments as "NN_name"
+SCHEMA = 2  # 2: the code fingerprint is the closure of what the experiment runs (gpulab.provenance)
 
 
 @dataclass
@@ -61,24 +59,15 @@ class Recording:
 
     @classmethod
     def from_json(cls, data: dict) -> Recording:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"recording {data.get('experiment')!r}: schema {data.get('schema')}, this gpulab reads "
+                             f"schema {SCHEMA}")
         provenance = {**data["provenance"], "recorded": True}
         return cls(data["experiment"], data["function"], data["params"], data["rows"], provenance)
 
 
 def function_name(fn: Callable) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
-
-
-def code_hash(fn: Callable) -> str:
-    """Hash of the source of ``fn``'s module, of the CUDA C kernel files it names, and of the timing method:
-    edit any of them and recordings go stale."""
-    module = inspect.getmodule(fn)
-    defined_in_notebook = module is None or module.__name__ == "__main__"
-    code = inspect.getsource(fn if defined_in_notebook else module)
-    kernel_files = sorted(KERNELS / f"{stem}.cu" for stem in set(re.findall(r'"(\d\d_\w+)"', code))
-                          if (KERNELS / f"{stem}.cu").is_file())
-    sources = [code, *(path.read_text() for path in kernel_files), inspect.getsource(timing)]
-    return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
 
 
 def _git_commit() -> str | None:
@@ -95,11 +84,12 @@ def _git_commit() -> str | None:
 
 
 def provenance(fn: Callable, info: env.DeviceInfo) -> dict:
+    """Where and when ``fn`` ran, and the fingerprint of the code it runs (:mod:`gpulab.provenance`)."""
     return {
         "device": info.as_dict(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
-        "code_hash": code_hash(fn),
+        "code": fingerprint_of(fn).as_dict(),
     }
 
 
@@ -119,6 +109,9 @@ def run(experiment: str, fn: Callable[..., list[dict]], **params) -> Recording:
 
     With ``GPULAB_RECORD=1`` and a GPU present, the run is also saved as the new recording.
     """
+    if experiment not in declaration(fn).names:
+        raise ValueError(f"experiment: {function_name(fn)} declares {', '.join(declaration(fn).names)}, not "
+                         f"{experiment!r}; add it to the function's @experiment(...)")
     info = env.describe()
     rows = fn(**params)
     recording = Recording(experiment, function_name(fn), _jsonable(params), rows, provenance(fn, info))
@@ -160,22 +153,46 @@ def load(experiment: str, gpu: str | None = None, root: Path | None = None) -> R
     return None
 
 
+def changes(recording: Recording) -> list[str]:
+    """How the code of ``recording``'s experiment differs from the code it was made with, in words (empty when
+    it is fresh). The experiment is found by its recording name among the package's ``@experiment``s."""
+    source = package_source()
+    declared = source.experiments().get(recording.experiment)
+    if declared is None:
+        return [f"no gpulab function declares @experiment({recording.experiment!r}) any more"]
+    definition, _ = declared
+    return code_changes(recording.provenance.get("code", {}),
+                        fingerprint(definition.module, definition.name, source))
+
+
 def is_stale(recording: Recording) -> bool:
-    """True if the experiment's code has changed since the recording was made."""
-    module_name, _, qualname = recording.function.partition(":")
-    fn = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        fn = getattr(fn, part)
-    return code_hash(fn) != recording.provenance.get("code_hash")
+    """True if the code that ``recording``'s experiment runs has changed since it was made."""
+    return bool(changes(recording))
 
 
-def stale_recordings(root: Path | None = None) -> list[Path]:
-    """Paths of recordings whose experiment code has changed since they were made."""
+@dataclass(frozen=True)
+class Stale:
+    """A recording whose experiment's code has changed, and what changed."""
+
+    path: Path
+    experiment: str
+    changes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}: {'; '.join(self.changes)}"
+
+
+def stale_recordings(root: Path | None = None) -> list[Stale]:
+    """The recordings whose experiment's code has changed since they were made, each with what changed."""
     root = root or results_dir()
     if root is None:
         return []
-    return [p for p in sorted(Path(root).glob("*/*.json"))
-            if is_stale(Recording.from_json(json.loads(p.read_text())))]
+    stale = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        recording = Recording.from_json(json.loads(path.read_text()))
+        if said := changes(recording):
+            stale.append(Stale(path, recording.experiment, tuple(said)))
+    return stale
 
 
 def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) -> tuple[Recording, Recording | None]:

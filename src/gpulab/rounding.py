@@ -30,6 +30,7 @@ from gpulab.precision import (
     round_to,
     stagnation_sum,
 )
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, supported_dtype
 
@@ -150,6 +151,7 @@ def summation_theory(sizes: Sequence[int], addend: float = 1e-4) -> list[dict]:
     return rows
 
 
+@experiment("formats_summation")
 def summation_error(sizes: Sequence[int], addend: float = 1e-4,
                     methods: Sequence[str] = tuple(SUM_METHODS)) -> list[dict]:
     """Every summation method at every n: the sum of n copies of ``addend`` against the exact total."""
@@ -218,6 +220,7 @@ def measure_softmax(largest_logit: float, method: str, classes: int = 1000, batc
             "not_finite_fraction": 1 - finite.double().mean().item(), "log_sum_excess": log_excess}
 
 
+@experiment("formats_softmax")
 def softmax_overflow(largest_logits: Sequence[float], classes: int = 1000, batch: int = 64,
                      methods: Sequence[str] = tuple(SOFTMAX_METHODS)) -> list[dict]:
     """Every softmax method at every size of logit: outcome and relative error against float64."""
@@ -295,6 +298,7 @@ def measure_matmul_error(n: int, arithmetic: str, device: torch.device | None = 
             "predicted": math.sqrt(roundings) * input_rounding if roundings else None}
 
 
+@experiment("formats_matmul_error")
 def matmul_error(sizes: Sequence[int], arithmetics: Sequence[str] = tuple(MATMUL_ARITHMETIC)) -> list[dict]:
     """Every arithmetic at every size; one row saying why for an arithmetic this device lacks."""
     device = env.device()
@@ -409,6 +413,7 @@ def _weight_updates(n: int, steps: int, device: torch.device, generator: torch.G
     return rows
 
 
+@experiment("formats_sixteen_bits")
 def sixteen_bit_evidence(n: int = 2**20, matmul_n: int = 256, steps: int = 1000) -> list[dict]:
     """Rows of evidence: operation, format, what was measured, its value, the limit it must meet, passes.
 

@@ -43,6 +43,7 @@ from plotly.subplots import make_subplots
 from gpulab import env, flops, mlp, plots, specs, timing
 from gpulab.correctness import check_close, random_tensor, relative_error
 from gpulab.precision import MATMUL_TOLERANCE, float32_accumulation
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import fits_in_memory, positive_int, positive_ints, unsupported_reason
 
@@ -657,6 +658,7 @@ def _timed(run: Callable[[], torch.Tensor], device: torch.device, n: int, tokens
             "tflops": flops.gemm(tokens, n, n).flops / measured.median_s / 1e12}
 
 
+@experiment("sparsity_linear_speedup")
 def linear_speedup(weight_sizes: Sequence[int], tokens: Sequence[int], dtypes: Sequence[str] = ("float16", "bfloat16"),
                    backends: Sequence[str] = BACKENDS) -> list[dict]:
     """``F.linear(X, W)`` with a square 2:4 weight W (n x n, pruned by magnitude) and X of tokens x n: dense
@@ -765,6 +767,7 @@ ORIENTATIONS = {  # what a reader might write with a 2:4 weight Ws (n x n) and i
 }
 
 
+@experiment("sparsity_orientations")
 def orientations(n: int = 1024, tokens: int = 1024, dtype: str = "float16", backends: Sequence[str] = BACKENDS
                  ) -> list[dict]:
     """Try each product of :data:`ORIENTATIONS` with a 2:4 n x n weight through each of torch's ``backends``.

@@ -35,6 +35,7 @@ from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
 from gpulab.mlp import layer_gemms
 from gpulab.precision import MATMUL_TOLERANCE, float32_accumulation, matmul_mode
+from gpulab.provenance import experiment
 from gpulab.sweep import run_sweep
 from gpulab.validation import (
     fits_in_memory,
@@ -192,6 +193,7 @@ def measure_format(n: int, fmt: str, device: torch.device | None = None) -> dict
             "tflops": flops.gemm(n, n, n).flops / measured.median_s / 1e12, "relative_error": error}
 
 
+@experiment("tensor_formats")
 def matmul_formats(n: int, formats: Sequence[str] = FORMATS_COMPARED) -> list[dict]:
     """Every format at n^3: rate, error and, on a GPU of :mod:`gpulab.specs`, the share of its peak.
 
@@ -354,6 +356,7 @@ def _cublas_fp16(n: int, device: torch.device) -> dict:
                 "kernels": ", ".join(kernels_run(run, device))}
 
 
+@experiment("tensor_wmma")
 def wmma_comparison(n: int = 4096, variants: Sequence[Mapping[str, int]] = ({},),
                     check_size: tuple[int, int, int] = (1008, 1200, 784)) -> list[dict]:
     """The WMMA kernels (step 1, and step 2 compiled with each of ``variants``), cuBLAS in float16, the best SGEMM
@@ -467,6 +470,7 @@ def kernels_run(fn: Callable[[], object], device: torch.device) -> list[str]:
     return list(dict.fromkeys(names))  # each name once, in order
 
 
+@experiment("tensor_tf32_switch")
 def tf32_switch(n: int = 4096) -> list[dict]:
     """A float32 n^3 matmul under each of :data:`TF32_SETTINGS`: whether TF32 was allowed, the kernels that ran,
     the time and the error against float64 (TF32's larger error shows which arithmetic was used)."""
@@ -532,6 +536,7 @@ def layer_gemms_timed(batch: int, inputs: int, outputs: int, dtype: str = "float
     return found
 
 
+@experiment("tensor_batch_sizes", "tensor_vocabulary")
 def layer_gemms_sweep(shapes: Sequence[Mapping[str, int]], dtype: str = "float16") -> list[dict]:
     """:func:`layer_gemms_timed` for each shape ({'batch', 'inputs', 'outputs'}): a row per shape and GEMM, plus
     a row per shape for the whole step ('gemm': 'step', its time the sum of the three)."""

@@ -18,6 +18,7 @@ import torch
 from gpulab import blas, env, kernels, occupancy
 from gpulab.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c
+from gpulab.provenance import experiment
 from gpulab.validation import fits_in_memory, positive_int, positive_ints
 
 SIMULATOR_MAX_THREADS = 4096  # the simulator runs a Python thread per CUDA thread: keep launches small
@@ -146,6 +147,7 @@ def _divergence_reference(x: torch.Tensor, iterations: int, group: int, threads_
     return v
 
 
+@experiment("threads_divergence")
 def divergence(group_widths: Sequence[int], n: int = 2**22, iterations: int = 200,
                threads_per_block: int = 256) -> list[dict]:
     """Time the two-path kernel (08_divergence.cu) for each width of the groups of threads that share a path.
@@ -180,6 +182,7 @@ def _driver_occupancy(kernel, threads_per_block: int) -> int:
     return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads_per_block, 0))
 
 
+@experiment("threads_launch_configuration")
 def launch_configuration(n: int, threads_per_block: Sequence[int], elements_per_thread: Sequence[int],
                          a: float = 2.0) -> list[dict]:
     """SAXPY bandwidth for every (threads per block, elements per thread), with its occupancy.
@@ -218,6 +221,7 @@ def launch_configuration(n: int, threads_per_block: Sequence[int], elements_per_
     return rows
 
 
+@experiment("threads_saxpy_vs_copy")
 def saxpy_vs_copy(n: int = 2**28, a: float = 2.0) -> list[dict]:
     """Bandwidth of three SAXPY kernels and of a device-to-device copy of the same bytes (12 n), at ``n`` floats.
 

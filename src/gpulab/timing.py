@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from gpulab import env
+from gpulab.provenance import experiment
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than the L2 of any GPU in the book (H200: 60 MB)
 
@@ -128,6 +129,7 @@ def measure(
     return Timing(tuple(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)))
 
 
+@experiment("timing_fidelity")
 def compare_with_do_bench(matmul_n: int = 4096, copy_bytes: int = 2**30, rounds: int = 6) -> list[dict]:
     """Median times of :func:`measure` and of ``triton.testing.do_bench`` for the same work (GPU only).
 
