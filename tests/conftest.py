@@ -1,13 +1,33 @@
-"""Shared fixtures: the repository root and the built book."""
+"""Shared fixtures and marks: the repository root, the built book, and ``needs_gpu``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
+
+from gpulab.core import kernel_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT_HTML = ROOT / "_build" / "html"
+
+
+def needs_gpu(test=None, *, gpus: int = 1, capability: tuple[int, int] = (0, 0)):
+    """Mark a test that needs CUDA GPUs whose kernels run for real (``kernel_mode.on_gpu()``): ``gpus`` of them, of
+    at least compute ``capability``. Elsewhere it is skipped with the reason; ``make gpu-run`` runs every such
+    test (``pytest -m gpu``) and reports them. Use as ``@needs_gpu`` or ``@needs_gpu(gpus=2)``."""
+    def mark(function):
+        if not kernel_mode.on_gpu():
+            reason = "needs a CUDA GPU" if gpus == 1 else f"needs {gpus} CUDA GPUs"
+        elif torch.cuda.device_count() < gpus:
+            reason = f"needs {gpus} CUDA GPUs; this machine has {torch.cuda.device_count()}"
+        elif torch.cuda.get_device_capability() < capability:
+            reason = f"needs a GPU of compute capability {capability[0]}.{capability[1]} or later"
+        else:
+            reason = None
+        return pytest.mark.gpu(pytest.mark.skipif(reason is not None, reason=reason or "")(function))
+    return mark(test) if test is not None else mark
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from conftest import ROOT, book_pages
-from gpulab import results, specs
+from gpulab.core import recordings, specs
 
 
 def test_plotly_is_served_from_the_book_once_per_page(built_book):
@@ -19,7 +19,7 @@ def test_plotly_is_served_from_the_book_once_per_page(built_book):
 
 def test_blas_page_shows_the_recorded_gpu_with_name_and_date(built_book):
     html = (built_book / "notebooks" / "03_blas_levels.html").read_text()
-    recording = results.load("blas_ceilings")
+    recording = recordings.load("blas_ceilings")
     assert recording is not None, "no GPU recording of blas_ceilings under results/"
     label = f"{recording.device_name}, recorded {recording.date}"
     assert f"Roofline of {label}" in html
@@ -42,7 +42,7 @@ def test_bibliography_and_math_render(built_book):
 
 def test_hardware_page_shows_recorded_gpu_and_every_gpu_of_the_table(built_book):
     html = (built_book / "notebooks" / "01_cpus_to_gpus.html").read_text()
-    recording = results.load("hardware_peaks")
+    recording = recordings.load("hardware_peaks")
     assert recording is not None, "no GPU recording of hardware_peaks under results/"
     assert f"Matrix multiply against its peak: {recording.device_name}, recorded {recording.date}" in html
     for name in specs.GPUS:
@@ -61,7 +61,7 @@ def test_dnn_layer_pages_show_each_recording_by_name_and_date(built_book):
     for chapter, experiments in DNN_LAYER_CHAPTERS.items():
         html = (built_book / "notebooks" / f"{chapter}.html").read_text()
         for experiment in experiments:
-            recording = results.load(experiment)
+            recording = recordings.load(experiment)
             assert recording is not None, f"no GPU recording of {experiment} under results/"
             assert recording.label in html, (chapter, experiment)
         assert html.count("plotly-graph-div") >= 2, chapter
@@ -87,7 +87,7 @@ def test_chapters_link_terms_to_the_glossary(built_book):
 
 def test_reference_pages_list_recorded_gpus_and_the_labs(built_book):
     recorded = (built_book / "book" / "recorded_gpus.html").read_text()
-    for row in results.inventory():
+    for row in recordings.inventory():
         assert row["gpu"] in recorded and row["experiment"] in recorded, row
     instructors = re.sub(r"<[^>]+>", "", (built_book / "book" / "instructors.html").read_text())
     assert "make labs" in instructors

@@ -3,15 +3,21 @@
 Each chapter and lab solution runs under papermill with its default (full) parameters and
 ``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``.
 The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
-with the next (its earlier cells' recordings are saved). Then two checks that need a real GPU: the
-timing-fidelity benchmark compares ``gpulab.timing`` with ``triton.testing.do_bench``, the two taking
-turns over 20 rounds (the run fails if their medians differ by more than 3%), and a sweep must survive a
-genuine CUDA out-of-memory error.
+with the next (its earlier cells' recordings are saved). Then what needs a real GPU besides the notebooks:
+every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
+(``gpulab.core.timing`` against ``triton.testing.do_bench``, the two taking turns over 20 rounds; the run fails
+if their medians differ by more than 3%), and a sweep that must survive a genuine CUDA out-of-memory error.
+
+    python tools/gpu_run.py                 # everything
+    python tools/gpu_run.py 03 lab_07       # only the notebooks whose names contain 03 or lab_07, then the checks
+    python tools/gpu_run.py --no-notebooks  # only the GPU unit tests and the checks
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,8 +29,9 @@ sys.path.insert(0, str(ROOT / "src"))
 import papermill  # noqa: E402
 import torch  # noqa: E402
 
-from gpulab import blas, env, results, timing  # noqa: E402
-from gpulab.sweep import OUT_OF_MEMORY, run_sweep  # noqa: E402
+from gpulab.core import env, rates, recordings, timing  # noqa: E402
+from gpulab.core.banner import banner  # noqa: E402
+from gpulab.core.sweep import OUT_OF_MEMORY, run_sweep  # noqa: E402
 
 TOLERANCE = 0.03
 # On an H200 at its power limit, single pairs of the matmul disagreed by up to 5.7%, and the medians of six
@@ -37,26 +44,38 @@ def sweep_survives_out_of_memory() -> bool:
     _free, total = torch.cuda.mem_get_info()
     n = int((total / 4 / 1.5) ** 0.5)  # one float32 n x n matrix fills two thirds of the card: the second fails
     points = [{"op": "gemm", "n": n, "dtype": "float32"}, {"op": "gemm", "n": 1024, "dtype": "float32"}]
-    with mock.patch("gpulab.validation.available_memory", return_value=None):  # skip the pre-check
-        rows = run_sweep(blas.measure_blas, points)
+    with mock.patch("gpulab.core.validation.available_memory", return_value=None):  # skip the pre-check
+        rows = run_sweep(rates.measure_blas, points)
     print(f"\nOut-of-memory check: gemm at n = {n:,}: {rows[0]['status']}; then n = 1024: {rows[1]['status']}")
     return [row["status"] for row in rows] == [OUT_OF_MEMORY, "ok"]
 
 
+def gpu_unit_tests() -> bool:
+    """Run every unit test marked ``gpu`` (tests/conftest.py's ``needs_gpu``) on this GPU; True if all passed."""
+    print("\nGPU-only unit tests (pytest -m gpu):", flush=True)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs",
+                             str(ROOT / "tests" / "unit")], cwd=ROOT)
+    return result.returncode == 0
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("only", nargs="*", help="run only the notebooks whose file names contain one of these")
+    parser.add_argument("--no-notebooks", action="store_true", help="skip the notebooks: tests and checks only")
+    args = parser.parse_args()
     if not env.has_gpu():
         print("make gpu-run needs a CUDA GPU; this machine has none.")
         return 2
     os.environ["GPULAB_RECORD"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
-    print(env.banner(), flush=True)
+    print(banner(), flush=True)
     out = ROOT / "_build" / "gpu-run"
     out.mkdir(parents=True, exist_ok=True)
-    notebooks = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("labs/solutions/*.ipynb"))
-    only = sys.argv[1:]
+    notebooks = [] if args.no_notebooks else sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(
+        ROOT.glob("labs/solutions/*.ipynb"))
     failed = []
     for path in notebooks:
-        if only and not any(name in path.name for name in only):
+        if args.only and not any(name in path.name for name in args.only):
             continue
         start = time.perf_counter()
         try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
@@ -67,13 +86,15 @@ def main() -> int:
             status = f"FAILED in cell {error.exec_count}: {error.ename}: {error.evalue}"
         print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s  {status}", flush=True)
 
+    if not gpu_unit_tests():
+        failed.append("GPU unit tests")
     # saved, as GPULAB_RECORD=1
-    fidelity = results.run("timing_fidelity", timing.compare_with_do_bench, rounds=FIDELITY_ROUNDS)
+    fidelity = recordings.run("timing_fidelity", timing.compare_with_do_bench, rounds=FIDELITY_ROUNDS)
     print(f"\nTiming fidelity on {fidelity.device_name} (medians):")
-    print(f"{'work':>24} {'gpulab.timing':>14} {'do_bench':>12} {'difference':>11}  {'single rounds':>17}")
+    print(f"{'work':>24} {'gpulab.core.timing':>18} {'do_bench':>12} {'difference':>11}  {'single rounds':>17}")
     for row in fidelity.rows:
         low, high = min(row["round_differences"]), max(row["round_differences"])
-        print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:11.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
+        print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:15.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
               f"{row['difference']:+10.2%}  {low:+.2%} to {high:+.2%}")
     worst = max(abs(row["difference"]) for row in fidelity.rows)
     if worst > TOLERANCE:

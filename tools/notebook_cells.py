@@ -38,9 +38,9 @@ if colab_output is not None:
     sys.path.insert(0, "/content/book/src")
     colab_output.enable_custom_widget_manager()
 
-from gpulab import env
+from gpulab.core.banner import banner
 
-print(env.banner())'''
+print(banner())'''
 
 
 def repository_url() -> str:

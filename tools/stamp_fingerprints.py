@@ -2,7 +2,7 @@
 
 Until commit 373427e a recording's ``code_hash`` hashed its experiment's whole module, the timer and the kernel
 files the module named. A recording that was fresh under that hash was measured by the code that is still
-there, so the closure fingerprint of that same code (:mod:`gpulab.provenance`) can be stamped onto it without
+there, so the closure fingerprint of that same code (:mod:`gpulab.core.provenance`) can be stamped onto it without
 running it again. This tool does that once, keeping the old hash and the commit it was checked at under
 ``provenance.stamped``; with ``--check`` (the test suite runs it) it shows that every stamped recording was
 fresh: it extracts the package as it was at that commit and recomputes the old hash there.
@@ -62,7 +62,7 @@ def recordings() -> list[tuple[Path, dict]]:
 
 def stamp(commit: str) -> int:
     sys.path.insert(0, str(ROOT / "src"))
-    from gpulab import provenance
+    from gpulab.core import provenance
 
     found = [(path, data) for path, data in recordings() if data.get("schema") == 1]
     old = module_hashes(commit, [data["function"] for _, data in found])

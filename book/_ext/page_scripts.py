@@ -1,7 +1,7 @@
 """Sphinx extension: the pages' JavaScript -- plotly.js from the book itself, and no script twice.
 
 The notebooks' figures carry a ``text/html`` div that calls the global ``Plotly`` (see
-``gpulab.plots``). This extension copies the plotly.js bundled with the installed plotly package --
+``gpulab.core.plots``). This extension copies the plotly.js bundled with the installed plotly package --
 the same version that wrote the figures -- into the built ``_static/`` and loads it in every page's
 head, before any other script, so pages draw with no network. Loading it first also keeps it clear
 of require.js, which would otherwise capture plotly.js as an anonymous AMD module.

@@ -1,20 +1,22 @@
-"""gpulab: the library behind the book "DNN Computing on GPUs".
+"""gpulab: the library behind the book "DNN Computing on GPUs", laid out like the book.
 
-Chapters import the modules they need, e.g. ``from gpulab import blas, env, plots, results``.
-Every module has one job: ``env`` (device and banner), ``timing`` (honest timers), ``clocks`` (the
-GPU's real clock, sampled), ``specs`` (the GPU table and derived peaks), ``hardware`` (the CPUs-to-GPUs
-chapter's experiments), ``flops`` (operation and byte counts), ``roofline`` (the model), ``blas`` (the
-BLAS chapter's experiments), ``precision`` (number formats, rounding, matmul modes), ``rounding`` (the
-number-formats chapter's experiments), ``mlp``, ``conv``, ``recurrent`` and ``attention`` (the DNN-layer
-chapters: each kind of layer written as GEMMs, and its experiments), ``kernels``, ``occupancy``, ``threads``,
-``memory`` and ``gemm`` (the CUDA chapters), ``tensor_cores`` and ``amp`` (tensor cores and mixed precision),
-``cudnn`` (convolution algorithms and cuDNN's switches), ``fusion`` and ``blocked_attention`` (memory-bound
-layers, fused kernels, the online softmax), ``batched`` (many small problems, LU), ``sparsity`` (2:4
-structured sparsity), ``distributed`` and ``ddp`` (parallelism, all-reduce, DistributedDataParallel under
-torchrun), ``profiling`` (which kernels ran), ``results`` (live or recorded runs), ``plots`` and ``widgets``
-(figures and explorers), ``printing`` (source listings, byte counts), ``checks`` (lab graders, with
-``kernel_checks``, ``amp_checks``, ``conv_choice_checks``, ``fusion_checks`` and ``allreduce_checks`` for the
-labs that diagnose a student's code), ``correctness``, ``sweep`` and ``validation`` (shared helpers).
+- ``gpulab.core``: what every chapter uses -- the device and where kernels run (``env``, ``kernel_mode``,
+  ``banner``), honest timers (``timing``, ``clocks``), the device's measured rates (``rates``), recordings and
+  their provenance (``recordings``, ``provenance``), checks of results and arguments (``correctness``,
+  ``validation``, ``sweep``), the models the chapters share (``specs``, ``flops``, ``roofline``, ``precision``,
+  ``occupancy``, ``profiling``), and the page's figures, widgets and listings (``plots``, ``widgets``,
+  ``printing``). It imports nothing above it.
+- ``gpulab.kernels``: the course's CUDA C kernels (``NN_name.cu``) and numba kernels, with their compiler.
+- ``gpulab.chNN_topic``: one package per chapter, named after its notebook ``notebooks/NN_topic.ipynb``, split by
+  job (experiments, models, ``figures``, ``explorer``). A chapter imports the core, the kernels and earlier chapters.
+- ``gpulab.labs``: the grading framework (``grading``) and the graders of the labs that diagnose a student's code
+  (``labNN_topic``, after ``labs/NN_topic.ipynb``). Nothing imports a grader or an explorer.
+
+``tests/test_layers.py`` enforces these layers.
 """
 
-__version__ = "0.1.0"
+from pathlib import Path
+
+__version__ = "0.2.0"
+
+SRC = Path(__file__).resolve().parents[1]  # the folder that holds the gpulab package

@@ -7,8 +7,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from gpulab import allreduce_checks, checks, distributed, kernel_checks
-from gpulab.allreduce_checks import Diagnosis, RingRun
+from gpulab.ch16_distributed_training import distributed
+from gpulab.labs import grading
+from gpulab.labs.lab11_all_reduce import diagnose
+from gpulab.labs.lab11_all_reduce.diagnose import Diagnosis, RingRun
+from gpulab.labs.lab11_all_reduce.ring import REFERENCE, probe_vector, ring_sent_bytes
 
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: the bookkeeping
@@ -26,16 +29,16 @@ from gpulab.allreduce_checks import Diagnosis, RingRun
     (lambda r, s, p: 1 / 0, distributed.all_gather_chunks, "error"),
 ])
 def test_schedule_mistakes_are_named(reduce_scatter, all_gather, problem):
-    diagnosis = allreduce_checks.diagnose_schedule(reduce_scatter, all_gather)
+    diagnosis = diagnose.diagnose_schedule(reduce_scatter, all_gather)
     assert diagnosis.problem == problem, diagnosis
 
 
 def test_schedule_details_say_where():
-    mismatch = allreduce_checks.diagnose_schedule(lambda r, s, p: ((r - s) % p, (r - s) % p),
+    mismatch = diagnose.diagnose_schedule(lambda r, s, p: ((r - s) % p, (r - s) % p),
                                                   distributed.all_gather_chunks)
     assert mismatch.detail == ("with p = 2, at reduce-scatter step 0, worker 1 sends chunk 1 to worker 0, which "
                                "receives it as chunk 0")
-    twice = allreduce_checks.diagnose_schedule(lambda r, s, p: (r, (r - 1) % p), distributed.all_gather_chunks)
+    twice = diagnose.diagnose_schedule(lambda r, s, p: (r, (r - 1) % p), distributed.all_gather_chunks)
     assert "adds worker(s) [2]'s values to its chunk 2, which holds them already" in twice.detail
 
 
@@ -50,7 +53,7 @@ def _outcome(values, rank, case=0, **extra):
 
 def _probe_run(p, n, rounds, case=0):
     """Every rank's outcome of a simulated ring (rounds of distributed.Message) on the probe vectors."""
-    vectors = [allreduce_checks.probe_vector(n, rank, p).numpy().astype(np.float64) for rank in range(p)]
+    vectors = [probe_vector(n, rank, p).numpy().astype(np.float64) for rank in range(p)]
     return {rank: _outcome(result, rank, case) for rank, result in
             enumerate(distributed.simulate(vectors, rounds).results)}
 
@@ -64,12 +67,12 @@ def _run(p, cases, per_case, **extra):
 def test_probe_of_a_right_ring_passes_and_its_mistakes_are_named(p):
     n = 4 * p + 1
     ring = distributed.ring_rounds(n, p)
-    assert allreduce_checks.diagnose_run(_run(p, [n], [_probe_run(p, n, ring)])).ok
+    assert diagnose.diagnose_run(_run(p, [n], [_probe_run(p, n, ring)])).ok
     no_gather = _probe_run(p, n, ring[:p - 1])
-    assert allreduce_checks.diagnose_run(_run(p, [n], [no_gather])).problem == "no all-gather"
+    assert diagnose.diagnose_run(_run(p, [n], [no_gather])).problem == "no all-gather"
     added = [[_adding(m) for m in round_] for round_ in ring]
-    assert allreduce_checks.diagnose_run(_run(p, [n], [_probe_run(p, n, added)])).problem == "added twice"
-    assert allreduce_checks.diagnose_run(_run(p, [n], [_probe_run(p, n, [])])).problem == "unchanged"
+    assert diagnose.diagnose_run(_run(p, [n], [_probe_run(p, n, added)])).problem == "added twice"
+    assert diagnose.diagnose_run(_run(p, [n], [_probe_run(p, n, [])])).problem == "unchanged"
 
 
 def _adding(message):
@@ -79,15 +82,15 @@ def _adding(message):
 
 def test_probe_diagnoses_from_the_values():
     p, total = 3, 1 + 4 + 16
-    assert allreduce_checks.diagnose_probe(_outcome([total] * 5, 1), p) is None
-    assert allreduce_checks.diagnose_probe(_outcome([total / 3] * 5, 1), p).problem == "averaged"
+    assert diagnose.diagnose_probe(_outcome([total] * 5, 1), p) is None
+    assert diagnose.diagnose_probe(_outcome([total / 3] * 5, 1), p).problem == "averaged"
     returned = _outcome([4] * 5, 1, returned_probe=[total] * 5)  # the sum, returned; the tensor left alone
-    assert allreduce_checks.diagnose_probe(returned, p).problem == "not in place"
-    missing = allreduce_checks.diagnose_probe(_outcome([total, total, 1 + 16, total, total], 1), p)
+    assert diagnose.diagnose_probe(returned, p).problem == "not in place"
+    missing = diagnose.diagnose_probe(_outcome([total, total, 1 + 16, total, total], 1), p)
     assert missing == Diagnosis("missing contributions", "process 1's element 2 (chunk 1) lacks process(es) [1]'s "
                                                          "values")
-    assert allreduce_checks.diagnose_probe(_outcome([total, 0.5, total], 0), p).problem == "wrong values"
-    assert allreduce_checks.diagnose_probe(_outcome([total, 2 * total, total], 0), p).problem == "added twice"
+    assert diagnose.diagnose_probe(_outcome([total, 0.5, total], 0), p).problem == "wrong values"
+    assert diagnose.diagnose_probe(_outcome([total, 2 * total, total], 0), p).problem == "added twice"
 
 
 def test_run_diagnoses_uneven_chunks_errors_and_crashes():
@@ -95,52 +98,52 @@ def test_run_diagnoses_uneven_chunks_errors_and_crashes():
     even, uneven = _probe_run(p, 8, distributed.ring_rounds(8, p)), _probe_run(p, 9, distributed.ring_rounds(9, p), 1)
     for rank in range(p):
         uneven[rank]["probe"][-1] = float(3**rank)  # the last element never reached: chunks of n // p
-    diagnosis = allreduce_checks.diagnose_run(_run(p, [8, 9], [even, uneven]))
+    diagnosis = diagnose.diagnose_run(_run(p, [8, 9], [even, uneven]))
     assert diagnosis.problem == "uneven chunks" and "elements 8 to 8 of 9" in diagnosis.detail
     deadlock = {r: _outcome([], r, error="RuntimeError: [pair.cc:1] Timed out waiting 10000ms for send operation",
                             timed_out=True) for r in range(p)}
-    assert allreduce_checks.diagnose_run(_run(p, [8], [deadlock])) == Diagnosis(
+    assert diagnose.diagnose_run(_run(p, [8], [deadlock])) == Diagnosis(
         "deadlock", "with p = 2 processes and a vector of 8 elements: process 0 stopped: Timed out waiting 10000ms for "
                     "send operation")
     crashed = RingRun(p, [8], {0: [_outcome([], 0, error="RuntimeError: Connection reset by peer")]}, {},
                       stderr="op.preamble.length <= op.nbytes. Received data size doesn't match expected size.")
-    assert allreduce_checks.diagnose_run(crashed).problem == "chunk sizes differ"
+    assert diagnose.diagnose_run(crashed).problem == "chunk sizes differ"
     wrong = {r: {**even[r], "random_error": 0.3} for r in range(p)}
-    assert allreduce_checks.diagnose_run(_run(p, [8], [wrong])).problem == "wrong values"
+    assert diagnose.diagnose_run(_run(p, [8], [wrong])).problem == "wrong values"
     tuple_error = {r: _outcome([], r, error="TypeError: 'tuple' object does not support item assignment")
                    for r in range(p)}
-    assert "list(torch.tensor_split" in allreduce_checks.diagnose_run(_run(p, [8], [tuple_error])).detail
+    assert "list(torch.tensor_split" in diagnose.diagnose_run(_run(p, [8], [tuple_error])).detail
     loading = RingRun(p, [8], {}, {0: "Traceback...\nSyntaxError: expected ':'"})
-    assert allreduce_checks.diagnose_run(loading) == Diagnosis("error", "with p = 2, process 0: SyntaxError: "
+    assert diagnose.diagnose_run(loading) == Diagnosis("error", "with p = 2, process 0: SyntaxError: "
                                                                         "expected ':'")
 
 
 def test_traffic_is_bandwidth_optimal_to_the_element():
     for p, n in ((2, 9), (3, 3001), (4, 3)):
-        total = sum(allreduce_checks.ring_sent_bytes(n, p, rank) for rank in range(p))
+        total = sum(ring_sent_bytes(n, p, rank) for rank in range(p))
         run = distributed.simulate([np.zeros(n, np.float32)] * p, distributed.ring_rounds(n, p))
         assert total == sum(run.sent_bytes)
-        assert [allreduce_checks.ring_sent_bytes(n, p, r) for r in range(p)] == run.sent_bytes
+        assert [ring_sent_bytes(n, p, r) for r in range(p)] == run.sent_bytes
     p, n = 3, 3001
     right = _probe_run(p, n, distributed.ring_rounds(n, p))
 
     def run_sending(sent):
         return _run(p, [n], [{r: {**right[r], "sent_bytes": sent(r)} for r in range(p)}])
 
-    assert allreduce_checks.diagnose_traffic([run_sending(lambda r: allreduce_checks.ring_sent_bytes(n, p, r))]).ok
-    naive = allreduce_checks.diagnose_traffic([run_sending(lambda r: 2 * 4 * n)])
+    assert diagnose.diagnose_traffic([run_sending(lambda r: ring_sent_bytes(n, p, r))]).ok
+    naive = diagnose.diagnose_traffic([run_sending(lambda r: 2 * 4 * n)])
     assert naive.problem == "not bandwidth optimal" and "2 times its size" in naive.detail
     unchanged = _run(p, [n], [_probe_run(p, n, [])])
-    assert "does not pass exercise 2 yet" in allreduce_checks.diagnose_traffic([unchanged]).detail
-    assert allreduce_checks.diagnose_traffic([]).problem == "ring first"
+    assert "does not pass exercise 2 yet" in diagnose.diagnose_traffic([unchanged]).detail
+    assert diagnose.diagnose_traffic([]).problem == "ring first"
 
 
 def test_every_problem_has_a_hint_and_diagnoses_grade():
-    assert set(allreduce_checks.HINTS) == set(allreduce_checks.PROBLEMS) - {"ok"}
+    assert set(diagnose.HINTS) == set(diagnose.PROBLEMS) - {"ok"}
     with pytest.raises(ValueError, match="^problem:"):
         Diagnosis("race", "not an all-reduce problem")
-    assert not kernel_checks.grade(checks.Grader(strict=False), "ring", Diagnosis("deadlock", "x"),
-                                   allreduce_checks.HINTS)
+    assert not grading.grade(grading.Grader(strict=False), "ring", Diagnosis("deadlock", "x"),
+                                   diagnose.HINTS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,10 +159,10 @@ def _ring_file(tmp_path, body: str) -> str:
 
 
 def test_the_reference_ring_passes_and_sends_the_optimal_bytes():
-    diagnosis, runs = allreduce_checks.grade_ring(allreduce_checks.REFERENCE, workers=(2, 3))
+    diagnosis, runs = diagnose.grade_ring(REFERENCE, workers=(2, 3))
     assert diagnosis.ok, diagnosis
     assert [run.workers for run in runs] == [2, 3]
-    assert allreduce_checks.diagnose_traffic(runs).ok
+    assert diagnose.diagnose_traffic(runs).ok
 
 
 def test_blocking_sends_deadlock_and_the_grader_says_so(tmp_path):
@@ -171,7 +174,7 @@ def test_blocking_sends_deadlock_and_the_grader_says_so(tmp_path):
             dist.recv(incoming, (r - 1) % p)
             tensor += incoming
     """)
-    diagnosis, _ = allreduce_checks.grade_ring(target, workers=(2,), collective_timeout_s=2)
+    diagnosis, _ = diagnose.grade_ring(target, workers=(2,), collective_timeout_s=2)
     assert diagnosis.problem == "deadlock", diagnosis
 
 
@@ -193,18 +196,18 @@ def test_chunks_of_different_sizes_crash_and_collectives_are_refused(tmp_path):
                     request.wait()
                 chunks[(r - s) % p].copy_(incoming)
     """)
-    diagnosis, _ = allreduce_checks.grade_ring(target, workers=(2,), collective_timeout_s=5)
+    diagnosis, _ = diagnose.grade_ring(target, workers=(2,), collective_timeout_s=5)
     assert diagnosis.problem == "chunk sizes differ" and "9 elements" in diagnosis.detail, diagnosis
     target = _ring_file(tmp_path, """
         def ring_all_reduce(tensor):
             dist.all_reduce(tensor)
     """)
-    diagnosis, _ = allreduce_checks.grade_ring(target, workers=(2,), collective_timeout_s=5)
+    diagnosis, _ = diagnose.grade_ring(target, workers=(2,), collective_timeout_s=5)
     assert diagnosis.problem == "collective used" and "dist.all_reduce was called" in diagnosis.detail
 
 
 def test_time_ring_rows():
-    rows = allreduce_checks.time_ring(allreduce_checks.REFERENCE, 2, [64, 4096], warmup=1, least=3, most=3)
+    rows = diagnose.time_ring(REFERENCE, 2, [64, 4096], warmup=1, least=3, most=3)
     assert [r["bytes"] for r in rows] == [64, 4096]
     for r in rows:
         assert r["ring_sent_bytes"] == r["bytes"]  # p = 2: each process sends half in each phase

@@ -7,14 +7,23 @@ import math
 import pytest
 import torch
 
-from gpulab import amp, env, mlp
-from gpulab.precision import FORMATS, MATMUL_TOLERANCE
+from gpulab.ch04_mlp_gemms import mlp
+from gpulab.ch11_mixed_precision import amp, autocast, figures
+from gpulab.ch11_mixed_precision.gradients import (
+    captured_gradients,
+    flushed_share,
+    gradient_histogram,
+    loss_scale_trace,
+    loss_scale_underflow,
+)
+from gpulab.core import env
+from gpulab.core.precision import FORMATS, MATMUL_TOLERANCE
 
 CPU = torch.device("cpu")
 
 
 def test_master_weights_keep_the_updates_that_16_bit_weights_lose():
-    rows = {r["weights"]: r for r in amp.master_weight_updates(1.0, 1e-4, 100)}
+    rows = {r["weights"]: r for r in autocast.master_weight_updates(1.0, 1e-4, 100)}
     for name in ("float16", "bfloat16"):  # 1e-4 is below half the spacing at 1: every update rounds away
         row = rows[f"{name} weights"]
         assert row["spacing"] == FORMATS[name].epsilon and row["after_one"] == row["after_all"] == 1.0
@@ -22,11 +31,11 @@ def test_master_weights_keep_the_updates_that_16_bit_weights_lose():
     assert master["after_all"] == pytest.approx(0.99, abs=1e-5) and master["exact"] == pytest.approx(0.99)
     assert abs(master["copy_after_all"] - 0.99) <= FORMATS["float16"].spacing(0.99) / 2
     with pytest.raises(ValueError, match="^steps:"):
-        amp.master_weight_updates(1.0, 1e-4, 0)
+        autocast.master_weight_updates(1.0, 1e-4, 0)
     with pytest.raises(ValueError, match="^update:"):
-        amp.master_weight_updates(1.0, -1e-4, 10)
+        autocast.master_weight_updates(1.0, -1e-4, 10)
     with pytest.raises(ValueError, match="^weight:"):
-        amp.master_weight_updates(math.nan, 1e-4, 10)
+        autocast.master_weight_updates(math.nan, 1e-4, 10)
 
 
 @pytest.mark.parametrize(("from_float32", "from_low", "expected"), [
@@ -34,12 +43,12 @@ def test_master_weights_keep_the_updates_that_16_bit_weights_lose():
     ("float32", "bfloat16", "follows its input"), ("bfloat16", "float32", "other"),
 ])
 def test_autocast_treatment_reads_the_two_output_dtypes(from_float32, from_low, expected):
-    assert amp.autocast_treatment(from_float32, from_low, "bfloat16").startswith(expected)
+    assert autocast.autocast_treatment(from_float32, from_low, "bfloat16").startswith(expected)
 
 
 def test_autocast_dtypes_on_this_device():
-    rows = amp.autocast_dtypes(["bfloat16", "float16"])
-    assert len(rows) == 2 * len(amp.AUTOCAST_OPS)
+    rows = autocast.autocast_dtypes(["bfloat16", "float16"])
+    assert len(rows) == 2 * len(autocast.AUTOCAST_OPS)
     treatment = {(r["autocast_dtype"], r["op"]): r["treatment"] for r in rows}
     for name in ("bfloat16", "float16"):  # the same on a CPU and on CUDA
         for op in ("linear", "matmul", "bmm", "conv2d"):
@@ -47,18 +56,18 @@ def test_autocast_dtypes_on_this_device():
         assert treatment[name, "cross_entropy"] == treatment[name, "mse_loss"] == "runs in float32"
         assert treatment[name, "relu"] == treatment[name, "add"] == "follows its input"
     with pytest.raises(ValueError, match="^dtypes:"):
-        amp.autocast_dtypes(["float32"])
+        autocast.autocast_dtypes(["float32"])
 
 
 def test_autocast_dtypes_reports_a_dtype_the_device_lacks(monkeypatch):
     def no_bfloat16(dtype, device):
         return "bfloat16 needs an NVIDIA GPU of compute capability 8.0 or later" if dtype == "bfloat16" else None
 
-    monkeypatch.setattr(amp, "unsupported_reason", no_bfloat16)
-    rows = amp.autocast_dtypes(["float16", "bfloat16"])
+    monkeypatch.setattr(autocast, "unsupported_reason", no_bfloat16)
+    rows = autocast.autocast_dtypes(["float16", "bfloat16"])
     [skipped] = [r for r in rows if r["status"] != "ok"]
     assert skipped["autocast_dtype"] == "bfloat16" and skipped["reason"].startswith("bfloat16 needs")
-    assert len(rows) == len(amp.AUTOCAST_OPS) + 1
+    assert len(rows) == len(autocast.AUTOCAST_OPS) + 1
 
 
 def test_new_training_checks_its_arguments():
@@ -185,51 +194,51 @@ def test_captured_gradients_are_autograds_times_the_scale():
     X, labels = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
     torch.nn.functional.cross_entropy(model(X), labels).backward()
     expected = torch.cat([p.grad.flatten() for p in model.parameters()])
-    gradients = amp.captured_gradients(model, X, labels, loss_scale=2.0**10)
+    gradients = captured_gradients(model, X, labels, loss_scale=2.0**10)
     assert torch.equal(gradients["weight"], expected * 2.0**10)  # a power of two scales exactly
     assert gradients["activation"].numel() == 4 * (5 + 3)
-    low = amp.captured_gradients(model, X, labels, "float16")
+    low = captured_gradients(model, X, labels, "float16")
     assert low["activation"].dtype == torch.float16 and low["weight"].dtype == torch.float32
     with pytest.raises(ValueError, match="^precision:"):
-        amp.captured_gradients(model, X, labels, "tf32")
+        captured_gradients(model, X, labels, "tf32")
     with pytest.raises(ValueError, match="^loss_scale:"):
-        amp.captured_gradients(model, X, labels, loss_scale=0)
+        captured_gradients(model, X, labels, loss_scale=0)
 
 
 def test_flushed_share_against_float16s_range():
     values = torch.tensor([2.0**-30, 2.0**-20, 1.0, 2.0**17, 0.0])  # the zero is not counted
-    assert amp.flushed_share(values, 1.0) == {"flushed": 0.25, "subnormal": 0.25, "overflowed": 0.25}
-    assert amp.flushed_share(values, 2.0**8) == {"flushed": 0.0, "subnormal": 0.25, "overflowed": 0.25}
-    assert amp.flushed_share(values, 2.0**-2) == {"flushed": 0.25, "subnormal": 0.25, "overflowed": 0.0}
+    assert flushed_share(values, 1.0) == {"flushed": 0.25, "subnormal": 0.25, "overflowed": 0.25}
+    assert flushed_share(values, 2.0**8) == {"flushed": 0.0, "subnormal": 0.25, "overflowed": 0.25}
+    assert flushed_share(values, 2.0**-2) == {"flushed": 0.25, "subnormal": 0.25, "overflowed": 0.0}
     with pytest.raises(ValueError, match="^loss_scale:"):
-        amp.flushed_share(values, math.inf)
+        flushed_share(values, math.inf)
     with pytest.raises(ValueError, match="^values:"):
-        amp.flushed_share(torch.zeros(3), 1.0)
+        flushed_share(torch.zeros(3), 1.0)
     with pytest.raises(ValueError, match="^dtype:"):
-        amp.flushed_share(values, 1.0, "float12")
-    assert amp.flushed_share(values, 1.0, "bfloat16")["flushed"] == 0  # float32's range: nothing to flush
+        flushed_share(values, 1.0, "float12")
+    assert flushed_share(values, 1.0, "bfloat16")["flushed"] == 0  # float32's range: nothing to flush
 
 
 def test_gradient_histogram_and_underflow_by_scale():
-    histogram = amp.gradient_histogram(hidden=[32], epochs=3)
+    histogram = gradient_histogram(hidden=[32], epochs=3)
     for kind in ("activation", "weight"):
         rows = [r for r in histogram if r["gradients"] == kind]
         assert sum(r["share"] for r in rows) == pytest.approx(1)
         assert sum(r["count"] for r in rows) + rows[0]["zeros"] == rows[0]["values"]
-    rows = amp.loss_scale_underflow([1.0, 2.0**16, 2.0**40], hidden=[32], epochs=3)
+    rows = loss_scale_underflow([1.0, 2.0**16, 2.0**40], hidden=[32], epochs=3)
     by = {(r["gradients"], r["log2_scale"]): r for r in rows}
     for kind in ("activation", "weight"):
         assert by[kind, 16]["backward_lost"] <= by[kind, 0]["backward_lost"]
         assert by[kind, 16]["backward_not_finite"] == 0 and by[kind, 16]["relative_error"] < 0.05
         assert by[kind, 40]["backward_not_finite"] > 0 and by[kind, 40]["relative_error"] is None
-    fig = amp.underflow_figure(rows, title="t")
+    fig = figures.underflow_figure(rows, title="t")
     assert len(fig.data) == 6 and {t.line.dash for t in fig.data} == {"dot", "solid", "dashdot"}
     with pytest.raises(ValueError, match="^scales:"):
-        amp.loss_scale_underflow([0.0])
+        loss_scale_underflow([0.0])
 
 
 def test_loss_scale_trace_halves_on_overflow_and_grows_after_good_steps():
-    rows = amp.loss_scale_trace(init_scale=2.0**30, growth_interval=3, steps=40, hidden=[16])
+    rows = loss_scale_trace(init_scale=2.0**30, growth_interval=3, steps=40, hidden=[16])
     assert rows[0]["skipped"] and rows[0]["log2_scale"] == 30
     good_run = 0
     for row, after in zip(rows, rows[1:], strict=False):
@@ -247,9 +256,9 @@ def test_loss_scale_trace_halves_on_overflow_and_grows_after_good_steps():
 def test_figures():
     histogram = [{"gradients": k, "log2_magnitude": e, "count": 1, "share": 0.5, "values": 3, "zeros": 1}
                  for k in ("activation", "weight") for e in (-30, -10)]
-    fig = amp.histogram_figure(histogram, [1.0, 2.0**16], title="t")
+    fig = figures.histogram_figure(histogram, [1.0, 2.0**16], title="t")
     assert len(fig.data) == 2 and len(fig.layout.updatemenus[0].buttons) == 2 and len(fig.layout.shapes) == 3
     trace = [{"step": i, "loss_scale": 2.0**i, "log2_scale": i, "skipped": i % 2 == 0, "loss": 1.0} for i in range(4)]
-    assert len(amp.loss_scale_figure(trace, title="t").data) == 2
+    assert len(figures.loss_scale_figure(trace, title="t").data) == 2
     summary = amp.summarize(synthetic("float32", 0.01, [0.8, 0.82]) + synthetic("bfloat16", 0.002, [0.8, 0.81]))
-    assert len(amp.precision_figure(summary, title="t").data) == 2
+    assert len(figures.precision_figure(summary, title="t").data) == 2

@@ -10,8 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import amp_checks, checks, kernel_checks
-from gpulab.amp_checks import Diagnosis
+from gpulab.labs import grading
+from gpulab.labs.lab08_train_with_amp import diagnose
+from gpulab.labs.lab08_train_with_amp.diagnose import Diagnosis
+from gpulab.labs.lab08_train_with_amp.probe import (
+    OVERFLOW_SCALE,
+    PROBE_SCALE,
+    Probe,
+    forward_dtypes,
+    reference_clipped_step,
+    reference_step,
+)
 
 DTYPES = [torch.bfloat16, torch.float16]
 # One step below asks for the other device's autocast on purpose; without a GPU, torch warns that it disables it.
@@ -64,7 +73,7 @@ def autocast_of_another_device(model, optimizer, scaler, X, labels, dtype):
 
 
 def other_dtype(model, optimizer, scaler, X, labels, dtype):
-    return amp_checks.reference_step(model, optimizer, scaler, X, labels,
+    return reference_step(model, optimizer, scaler, X, labels,
                                      torch.float16 if dtype == torch.bfloat16 else torch.bfloat16)
 
 
@@ -157,7 +166,7 @@ def returns_scaled_loss(model, optimizer, scaler, X, labels, dtype):
 
 
 def returns_nothing(model, optimizer, scaler, X, labels, dtype):
-    amp_checks.reference_step(model, optimizer, scaler, X, labels, dtype)
+    reference_step(model, optimizer, scaler, X, labels, dtype)
 
 
 def loss_outside_autocast(model, optimizer, scaler, X, labels, dtype):
@@ -217,35 +226,35 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("step", [right, zero_grad_at_the_end, amp_checks.reference_step], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("step", [right, zero_grad_at_the_end, reference_step], ids=lambda f: f.__name__)
 def test_right_steps_pass(step, dtype):
-    diagnosis = amp_checks.diagnose_step(step, dtype)
+    diagnosis = diagnose.diagnose_step(step, dtype)
     assert diagnosis.ok, diagnosis
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("step", "problem"), MISTAKES, ids=lambda x: getattr(x, "__name__", x))
 def test_step_mistakes_are_named(step, problem, dtype):
-    diagnosis = amp_checks.diagnose_step(step, dtype)
+    diagnosis = diagnose.diagnose_step(step, dtype)
     assert diagnosis.problem == problem, diagnosis
 
 
 def test_details_say_what_was_seen():
-    assert "TypeError: unsupported operand" in amp_checks.diagnose_step(raises, "bfloat16").detail
-    assert "3 of the 3 linear-layer outputs were float32" in amp_checks.diagnose_step(no_autocast, "bfloat16").detail
-    assert amp_checks.diagnose_step(loss_not_scaled, "float16").detail == "scaler.scale(loss) was never called"
-    unscaled = amp_checks.diagnose_step(scaled_but_backward_on_the_loss, "float16").detail
+    assert "TypeError: unsupported operand" in diagnose.diagnose_step(raises, "bfloat16").detail
+    assert "3 of the 3 linear-layer outputs were float32" in diagnose.diagnose_step(no_autocast, "bfloat16").detail
+    assert diagnose.diagnose_step(loss_not_scaled, "float16").detail == "scaler.scale(loss) was never called"
+    unscaled = diagnose.diagnose_step(scaled_but_backward_on_the_loss, "float16").detail
     assert "were 1 times the true ones, not 2^12 times" in unscaled
-    assert "the optimizer stepped on its own" in amp_checks.diagnose_step(optimizer_steps_itself, "float16").detail
+    assert "the optimizer stepped on its own" in diagnose.diagnose_step(optimizer_steps_itself, "float16").detail
     assert "scaler.update() was called before scaler.step(optimizer), which raised AssertionError" in \
-        amp_checks.diagnose_step(update_before_step, "float16").detail
-    assert "moved 2 times as far" in amp_checks.diagnose_step(steps_twice, "float16").detail
+        diagnose.diagnose_step(update_before_step, "float16").detail
+    assert "moved 2 times as far" in diagnose.diagnose_step(steps_twice, "float16").detail
 
 
 # --- clipping ---------------------------------------------------------------------------------------
 
 def clipped_right(model, optimizer, scaler, X, labels, dtype, max_norm):
-    return amp_checks.reference_clipped_step(model, optimizer, scaler, X, labels, dtype, max_norm)
+    return reference_clipped_step(model, optimizer, scaler, X, labels, dtype, max_norm)
 
 
 def clipped_before_unscale(model, optimizer, scaler, X, labels, dtype, max_norm):
@@ -283,7 +292,7 @@ def clipped_after_step(model, optimizer, scaler, X, labels, dtype, max_norm):
 
 
 def unclipped(model, optimizer, scaler, X, labels, dtype, max_norm):
-    return amp_checks.reference_step(model, optimizer, scaler, X, labels, dtype)
+    return reference_step(model, optimizer, scaler, X, labels, dtype)
 
 
 def clipped_unscaled_twice(model, optimizer, scaler, X, labels, dtype, max_norm):
@@ -313,21 +322,21 @@ def clipped_loss_not_scaled(model, optimizer, scaler, X, labels, dtype, max_norm
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_clipping_right_passes_and_mistakes_are_named(dtype):
-    assert amp_checks.diagnose_clipped_step(clipped_right, dtype).ok
+    assert diagnose.diagnose_clipped_step(clipped_right, dtype).ok
     for step, problem in ((clipped_before_unscale, "clipped while scaled"),
                           (clipped_then_unscaled, "clipped while scaled"),
                           (clipped_after_step, "not clipped"), (unclipped, "not clipped"),
                           (clipped_unscaled_twice, "error"), (clipped_loss_not_scaled, "loss not scaled"),
                           (lambda *args: None, "no forward")):
-        diagnosis = amp_checks.diagnose_clipped_step(step, dtype)
+        diagnosis = diagnose.diagnose_clipped_step(step, dtype)
         assert diagnosis.problem == problem, (step, diagnosis)
-    assert "already been called" in amp_checks.diagnose_clipped_step(clipped_unscaled_twice, dtype).detail
+    assert "already been called" in diagnose.diagnose_clipped_step(clipped_unscaled_twice, dtype).detail
 
 
 # --- an overflow --------------------------------------------------------------------------------------
 
 def test_overflow_right_step_skips_and_halves_the_scale():
-    diagnosis = amp_checks.diagnose_overflow(right)
+    diagnosis = diagnose.diagnose_overflow(right)
     assert diagnosis == Diagnosis("ok", "the gradients overflowed, no parameter moved, and the scale fell from 2^24 "
                                         "to 2^23")
 
@@ -343,23 +352,23 @@ def test_overflow_right_step_skips_and_halves_the_scale():
     (other_dtype, "wrong dtype", "bfloat16"),
 ])
 def test_overflow_mistakes_are_named(step, problem, detail):
-    diagnosis = amp_checks.diagnose_overflow(step)
+    diagnosis = diagnose.diagnose_overflow(step)
     assert diagnosis.problem == problem and detail in diagnosis.detail, diagnosis
 
 
 def test_bfloat16_does_not_overflow_where_float16_does():
-    probe = amp_checks.Probe(torch.device("cpu"), amp_checks.OVERFLOW_SCALE)
-    run = probe.run(amp_checks.reference_step, 0, torch.bfloat16)
-    assert run.moved and run.finite and run.scale_after == amp_checks.OVERFLOW_SCALE
+    probe = Probe(torch.device("cpu"), OVERFLOW_SCALE)
+    run = probe.run(reference_step, 0, torch.bfloat16)
+    assert run.moved and run.finite and run.scale_after == OVERFLOW_SCALE
 
 
 # --- the pieces ---------------------------------------------------------------------------------------
 
 def test_recording_scaler_notes_calls_in_order():
-    probe = amp_checks.Probe(torch.device("cpu"), amp_checks.PROBE_SCALE)
-    run = probe.run(amp_checks.reference_step, 0, torch.bfloat16)
+    probe = Probe(torch.device("cpu"), PROBE_SCALE)
+    run = probe.run(reference_step, 0, torch.bfloat16)
     assert run.calls == ["scale", "step", "unscale_ in step", "update"]
-    clipped = probe.run(amp_checks.reference_clipped_step, 1, torch.bfloat16, 0.1)
+    clipped = probe.run(reference_clipped_step, 1, torch.bfloat16, 0.1)
     assert clipped.calls == ["scale", "unscale_", "step", "update"]
     assert run.forward_dtypes == [torch.bfloat16] * 3 and run.backward_autocast == [False]
 
@@ -368,14 +377,14 @@ def test_probes_leave_the_global_generator_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    amp_checks.Probe(torch.device("cpu"), amp_checks.PROBE_SCALE)
+    Probe(torch.device("cpu"), PROBE_SCALE)
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_forward_dtypes_sees_every_linear_layer_in_the_block_only():
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     X = torch.randn(5, 4)
-    with amp_checks.forward_dtypes() as seen:
+    with forward_dtypes() as seen:
         model(X)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(X)
@@ -384,18 +393,18 @@ def test_forward_dtypes_sees_every_linear_layer_in_the_block_only():
 
 
 def test_every_problem_has_a_hint_and_diagnoses_are_validated():
-    assert set(amp_checks.HINTS) == set(amp_checks.PROBLEMS) - {"ok"}
+    assert set(diagnose.HINTS) == set(diagnose.PROBLEMS) - {"ok"}
     with pytest.raises(ValueError, match="^problem:"):
         Diagnosis("race", "a kernel problem, not an AMP one")
     with pytest.raises(ValueError, match="^dtype:"):
-        amp_checks.diagnose_step(right, torch.float32)
+        diagnose.diagnose_step(right, torch.float32)
 
 
 def test_a_diagnosis_grades_as_a_lab_check(capsys):
-    grader = checks.Grader(strict=False)
-    assert not kernel_checks.grade(grader, "amp step", amp_checks.diagnose_step(no_update, "bfloat16"),
-                                   amp_checks.HINTS)
-    assert kernel_checks.grade(grader, "amp step", amp_checks.diagnose_step(right, "bfloat16"), amp_checks.HINTS)
+    grader = grading.Grader(strict=False)
+    assert not grading.grade(grader, "amp step", diagnose.diagnose_step(no_update, "bfloat16"),
+                                   diagnose.HINTS)
+    assert grading.grade(grader, "amp step", diagnose.diagnose_step(right, "bfloat16"), diagnose.HINTS)
     printed = capsys.readouterr().out
     assert "NOT YET  amp step" in printed and "hint: scaler.update() was not called" in printed
     assert "call scaler.update() once per step" in printed and "PASS  amp step" in printed

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import attention, env
+from gpulab.ch06_recurrent_and_attention import attention
+from gpulab.core import env
 
 
 def test_attention_functions_match_pytorch():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import batched
-from gpulab.precision import FORMATS
+from conftest import needs_gpu
+from gpulab.ch14_batched_linear_algebra import batched, figures
+from gpulab.core.precision import FORMATS
 
 CPU = torch.device("cpu")
-GPU_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.mark.parametrize("method", batched.METHODS)
@@ -188,34 +188,34 @@ def test_the_loop_and_the_batched_call_give_the_same_factors():
 def test_figures_draw_every_dtype_behind_a_menu():
     rows = [_row(m, n, b, 1e-4 * n, d) for d in ("float32", "float16") for b in (50, 1000)
             for m in batched.METHODS for n in (8, 16, 32)]
-    fig = batched.methods_figure(rows + [{"dtype": "tf32", "status": "not run: no"}], title="GEMMs")
+    fig = figures.methods_figure(rows + [{"dtype": "tf32", "status": "not run: no"}], title="GEMMs")
     assert len(fig.data) == 2 * 2 * len(batched.METHODS) * 2  # dtypes x batches x methods x (rate, time)
     [menu] = fig.layout.updatemenus
     assert [b.label for b in menu.buttons] == ["float32", "float16"]
     assert sum(fig.layout.updatemenus[0].buttons[1].args[0]["visible"]) == len(fig.data) // 2
     assert sum(t.visible for t in fig.data) == len(fig.data) // 2
-    single = batched.methods_figure([r for r in rows if r["dtype"] == "float32"], title="GEMMs")
+    single = figures.methods_figure([r for r in rows if r["dtype"] == "float32"], title="GEMMs")
     assert not single.layout.updatemenus and single.layout.title.text == "GEMMs, float32"
-    small_lu = batched.methods_figure([{**r, "method": "batched"} for r in rows[:3]], title="LU",
+    small_lu = figures.methods_figure([{**r, "method": "batched"} for r in rows[:3]], title="LU",
                                       labels=batched.LU_METHOD_LABELS)
     assert small_lu.data[0].name == batched.LU_METHOD_LABELS["batched"]
     lu_rows = [{"n": n, "dtype": d, "device": dev, "processor": dev, "gflops": n / 10, "seconds": 1.0,
                 "backward_error": 1e-18, "status": "ok"} for dev in ("cpu", "cuda") for d in batched.LU_DTYPES
                for n in (64, 128)]
-    fig = batched.lu_figure(lu_rows, title="getrf")
+    fig = figures.lu_figure(lu_rows, title="getrf")
     assert [t.name for t in fig.data] == ["CPU float64", "CPU float32", "GPU float64", "GPU float32"]
     with pytest.raises(ValueError, match="^rows:"):
-        batched.lu_figure([{"status": "out of memory"}], title="none")
+        figures.lu_figure([{"status": "out of memory"}], title="none")
 
 
-@GPU_ONLY
+@needs_gpu
 def test_on_a_gpu_bmm_beats_the_loop_by_twenty_times():
     rows = [batched.measure_batched_gemm(m, 64, 1000, "float32") for m in ("loop", "bmm")]
     verdict = batched.gemm_target([{**r, "status": "ok"} for r in rows])
     assert verdict["met"], verdict
 
 
-@GPU_ONLY
+@needs_gpu
 @pytest.mark.parametrize("dtype", batched.LU_DTYPES)
 def test_gpu_lu_passes_magmas_check(dtype):
     row = batched.measure_lu(1024, dtype)

@@ -1,4 +1,5 @@
-"""gpulab.conv: the implementations against conv2d, the im2col blow-up, the layouts and the course's example."""
+"""The convolutions of chapter 05: the implementations against conv2d, the im2col blow-up, the layouts and the
+course's example."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import conv
+from gpulab.ch05_convolutions_as_gemms import conv, figures, sweeps
 
 CASES = [
     conv.ConvLayer(2, 3, 7, 7, 4, 3, 3),
@@ -81,17 +82,17 @@ def test_bad_shapes_are_named():
     with pytest.raises(ValueError, match="^layer: unknown field"):
         conv.layer({"n": 1, "channels": 3})
     with pytest.raises(ValueError, match="^methods:"):
-        conv.measure_layer(CASES[0], methods=["winograd"])
+        sweeps.measure_layer(CASES[0], methods=["winograd"])
     with pytest.raises(ValueError, match="^dtype: tf32"):
-        conv.measure_layer(CASES[0], "tf32", device=torch.device("cpu"))
+        sweeps.measure_layer(CASES[0], "tf32", device=torch.device("cpu"))
     with pytest.raises(ValueError, match="^layer: needs"):
-        conv.measure_layer(conv.ConvLayer(4096, 512, 512, 512, 512, 3, 3, padding=1))
+        sweeps.measure_layer(conv.ConvLayer(4096, 512, 512, 512, 512, 3, 3, padding=1))
 
 
 def test_memory_sweep_measures_the_blowup():
     layers = [conv.ConvLayer(1, 16, 20, 20, 8, 3, 3, padding=1, name="same 3x3"),
               conv.ConvLayer(1, 3, 32, 32, 8, 7, 7, stride=2, padding=3, name="7x7 stride 2")]
-    rows = conv.memory_sweep(layers, "float32", tile_bytes=4096)
+    rows = sweeps.memory_sweep(layers, "float32", tile_bytes=4096)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert rows[0]["blowup"] == rows[0]["predicted_blowup"] == 9
     assert rows[1]["blowup"] == pytest.approx(49 / 4)
@@ -106,16 +107,16 @@ def test_memory_sweep_measures_the_blowup():
 def test_layers_sweep_checks_times_and_skips_direct_on_large_layers():
     layers = [conv.ConvLayer(1, 8, 12, 12, 8, 3, 3, padding=1, name="small"),
               conv.ConvLayer(1, 4, 40, 40, 4, 3, 3, padding=1, name="wide")]
-    rows = conv.layers_sweep(layers, ["float32"], direct_max_positions=144, tile_bytes=2048)
+    rows = sweeps.layers_sweep(layers, ["float32"], direct_max_positions=144, tile_bytes=2048)
     methods = {(r["layer"], r["method"]) for r in rows}
     assert ("small", "direct") in methods and ("wide", "direct") not in methods
-    assert {m for _, m in methods} == set(conv.METHODS)
+    assert {m for _, m in methods} == set(sweeps.METHODS)
     assert all(r["seconds"] > 0 and r["relative_error"] < 1e-5 and r["status"] == "ok" for r in rows)
     row = rows[0]
     assert row["tflops"] == pytest.approx(row["flops"] / row["seconds"] / 1e12)
     json.dumps(rows)
-    fig = conv.methods_figure(rows, title="t", y_title="TFLOP/s")
-    assert len(fig.data) == len(conv.METHODS)  # one dtype: a bar series per method
+    fig = figures.methods_figure(rows, title="t", y_title="TFLOP/s")
+    assert len(fig.data) == len(sweeps.METHODS)  # one dtype: a bar series per method
     pio.to_json(fig)
 
 
@@ -133,11 +134,11 @@ def test_layouts_match_torch_strides():
     assert sorted(nhwc.flatten().tolist()) == list(range(1280))  # a permutation: every offset used once
     with pytest.raises(ValueError, match="^layout:"):
         conv.layout_offsets(shape, "CHWN")
-    pio.to_json(conv.layout_figure())
+    pio.to_json(figures.layout_figure())
 
 
 def test_memory_order_figure_shows_which_channel_sits_at_each_offset():
-    (heatmap,) = conv.memory_order_figure(64, 5, 4, count=24).data  # one trace: two one-row heatmaps break plotly.js
+    (heatmap,) = figures.memory_order_figure(64, 5, 4, count=24).data  # one trace: two one-row heatmaps break plotly.js
     assert list(heatmap.y) == ["NCHW", "NHWC"]
     nchw, nhwc = heatmap.z
     assert list(nchw) == [0] * 20 + [1] * 4  # a channel's 5 x 4 pixels, then the next channel

@@ -12,40 +12,44 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from gpulab import checks, conv, env, kernel_checks, timing
-from gpulab import conv_choice_checks as cc
-from gpulab.conv_choice_checks import Diagnosis, Setting
-from gpulab.validation import unsupported_reason
+from gpulab.ch05_convolutions_as_gemms import conv
+from gpulab.core import env, timing
+from gpulab.core.precision import matmul_mode
+from gpulab.core.validation import unsupported_reason
+from gpulab.labs import grading
+from gpulab.labs.lab09_pick_the_convolution_algorithm import diagnose, settings
+from gpulab.labs.lab09_pick_the_convolution_algorithm.diagnose import Diagnosis
+from gpulab.labs.lab09_pick_the_convolution_algorithm.settings import Setting
 
-LAYER = cc.small_layers(cc.LAYERS[:1], n=1, size=8)[0]
+LAYER = settings.small_layers(settings.LAYERS[:1], n=1, size=8)[0]
 
 
 @pytest.fixture(autouse=True)
 def flags_kept():
     """Every test leaves cuDNN's switches as it found them, whatever a broken function did."""
-    with cc.kept_flags():
+    with settings.kept_flags():
         yield
 
 
 # --- exercise 1: prepare ---------------------------------------------------------------------------
 
 def only_input(x, weight, layout, dtype):
-    x, weight = cc.reference_prepare(x, weight, layout, dtype)
+    x, weight = settings.reference_prepare(x, weight, layout, dtype)
     return x, weight.contiguous()
 
 
 def only_weight(x, weight, layout, dtype):
-    x, weight = cc.reference_prepare(x, weight, layout, dtype)
+    x, weight = settings.reference_prepare(x, weight, layout, dtype)
     return x.contiguous(), weight
 
 
 def permuted(x, weight, layout, dtype):
-    x, weight = cc.reference_prepare(x, weight, "NCHW", dtype)
+    x, weight = settings.reference_prepare(x, weight, "NCHW", dtype)
     return (x.permute(0, 2, 3, 1), weight.permute(0, 2, 3, 1)) if layout == "NHWC" else (x, weight)
 
 
 def reshaped(x, weight, layout, dtype):  # NHWC data read back with NCHW's shape: the values move
-    x, weight = cc.reference_prepare(x, weight, "NCHW", dtype)
+    x, weight = settings.reference_prepare(x, weight, "NCHW", dtype)
     if layout == "NHWC":
         x = x.permute(0, 2, 3, 1).contiguous().view(x.shape).to(memory_format=torch.channels_last)
         weight = weight.to(memory_format=torch.channels_last)
@@ -53,19 +57,19 @@ def reshaped(x, weight, layout, dtype):  # NHWC data read back with NCHW's shape
 
 
 def tf32_as_float16(x, weight, layout, dtype):
-    return cc.reference_prepare(x, weight, layout, "float16" if dtype == "tf32" else dtype)
+    return settings.reference_prepare(x, weight, layout, "float16" if dtype == "tf32" else dtype)
 
 
 def float16_forgotten(x, weight, layout, dtype):
-    return cc.reference_prepare(x, weight, layout, "float32")
+    return settings.reference_prepare(x, weight, layout, "float32")
 
 
 def channels_last_always(x, weight, layout, dtype):
-    return cc.reference_prepare(x, weight, "NHWC", dtype)
+    return settings.reference_prepare(x, weight, "NHWC", dtype)
 
 
 def test_prepare_right_passes():
-    assert cc.diagnose_prepare(cc.reference_prepare).ok
+    assert diagnose.diagnose_prepare(settings.reference_prepare).ok
 
 
 @pytest.mark.parametrize(("prepare", "problem"), [
@@ -76,7 +80,7 @@ def test_prepare_right_passes():
     (lambda x, w, layout, dtype: 1 / 0, "error"),
 ])
 def test_prepare_mistakes_are_named(prepare, problem):
-    diagnosis = cc.diagnose_prepare(prepare)
+    diagnosis = diagnose.diagnose_prepare(prepare)
     assert diagnosis.problem == problem, diagnosis
     if problem == "shape changed":
         assert "permuted to N x H x W x C" in diagnosis.detail
@@ -122,19 +126,18 @@ def swallows(dtype):
 
 @contextmanager
 def also_benchmarks(dtype):
-    with cc.reference_precision(dtype):
+    with settings.reference_precision(dtype):
         torch.backends.cudnn.benchmark = True
         yield
 
 
 def test_precision_context_right_passes():
-    assert cc.diagnose_precision_context(cc.reference_precision).ok
+    assert diagnose.diagnose_precision_context(settings.reference_precision).ok
 
 
 def test_matmul_mode_also_passes():
-    from gpulab.precision import matmul_mode  # sets cuBLAS's switch too, and restores both
 
-    assert cc.diagnose_precision_context(matmul_mode).ok
+    assert diagnose.diagnose_precision_context(matmul_mode).ok
 
 
 @pytest.mark.parametrize(("context", "problem"), [
@@ -143,14 +146,14 @@ def test_matmul_mode_also_passes():
     (lambda dtype: None, "error"),
 ])
 def test_precision_context_mistakes_are_named(context, problem):
-    diagnosis = cc.diagnose_precision_context(context)
+    diagnosis = diagnose.diagnose_precision_context(context)
     assert diagnosis.problem == problem, diagnosis
 
 
 def test_the_grader_puts_the_flags_back():
     torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True
-    cc.diagnose_precision_context(never_restores)
-    cc.diagnose_timer(never_restoring_timer, LAYER)
+    diagnose.diagnose_precision_context(never_restores)
+    diagnose.diagnose_timer(never_restoring_timer, LAYER)
     assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cudnn.benchmark is True
 
 
@@ -162,7 +165,7 @@ def never_restoring_timer(run, benchmark, device):
 
 
 def no_first_call(run, benchmark, device):
-    with_flag = cc.reference_time(run, benchmark, device)
+    with_flag = settings.reference_time(run, benchmark, device)
     return {"first_call_s": with_flag["seconds"], "seconds": with_flag["seconds"]}
 
 
@@ -177,11 +180,11 @@ def first_call_averaged_in(run, benchmark, device):  # the autotuning ends up in
 
 
 def ignores_the_flag(run, benchmark, device):
-    return cc.reference_time(run, not benchmark, device)
+    return settings.reference_time(run, not benchmark, device)
 
 
 def launch_only(run, benchmark, device):  # what a host clock without synchronisation reads on a GPU
-    result = cc.reference_time(run, benchmark, device)
+    result = settings.reference_time(run, benchmark, device)
     return {**result, "seconds": result["seconds"] / 100}
 
 
@@ -196,7 +199,7 @@ def called_once(run, benchmark, device):
 
 
 def test_timer_right_passes():
-    diagnosis = cc.diagnose_timer(cc.reference_time, LAYER)
+    diagnosis = diagnose.diagnose_timer(settings.reference_time, LAYER)
     assert diagnosis.ok, diagnosis
 
 
@@ -208,14 +211,14 @@ def test_timer_right_passes():
     (lambda run, benchmark, device: 1 / 0, "error"),
 ])
 def test_timer_mistakes_are_named(timer, problem):
-    diagnosis = cc.diagnose_timer(timer, LAYER)
+    diagnosis = diagnose.diagnose_timer(timer, LAYER)
     assert diagnosis.problem == problem, diagnosis
 
 
 # --- exercise 3: the experiment and the predictions -------------------------------------------------
 
 def test_settings_and_their_names():
-    assert len(cc.settings()) == 12 and Setting("NHWC", "float16", True).label == "NHWC, float16, benchmark on"
+    assert len(settings.settings()) == 12 and Setting("NHWC", "float16", True).label == "NHWC, float16, benchmark on"
     assert Setting.of(("NCHW", "tf32", False)) == Setting.of({"layout": "NCHW", "dtype": "tf32", "benchmark": False})
     for bad in (("NHCW", "float16", True), ("NHWC", "half", True), ("NHWC", "float16", "on"), ("NHWC",), 3):
         with pytest.raises(ValueError):
@@ -223,15 +226,15 @@ def test_settings_and_their_names():
 
 
 def test_small_layers_keep_channels_and_filters():
-    for big, small in zip(cc.LAYERS, cc.small_layers(n=2, size=8), strict=True):
+    for big, small in zip(settings.LAYERS, settings.small_layers(n=2, size=8), strict=True):
         assert (small.c, small.k, small.r, small.stride, small.name) == (big.c, big.k, big.r, big.stride, big.name)
         assert small.n == 2 and small.p == 8
 
 
 def test_measure_settings_checks_and_times_every_setting():
     torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = True, False
-    layers = cc.small_layers(cc.LAYERS[2:4], n=1, size=6)  # the 7x7/2 layer with C = 3, and C = 60
-    rows = cc.measure_settings(layers, target_s=0.005)
+    layers = settings.small_layers(settings.LAYERS[2:4], n=1, size=6)  # the 7x7/2 layer with C = 3, and C = 60
+    rows = settings.measure_settings(layers, target_s=0.005)
     assert len(rows) == len(layers) * 12
     measured = [r for r in rows if r["status"] == "ok"]
     tf32_runs = unsupported_reason("tf32", env.device()) is None  # on a GPU of Ampere or later
@@ -239,17 +242,17 @@ def test_measure_settings_checks_and_times_every_setting():
     assert tf32_runs or all("tf32" in r["status"] for r in rows if r["dtype"] == "tf32")  # elsewhere, rows say why
     assert all(r["seconds"] > 0 and r["first_call_s"] > 0 and r["relative_error"] < 1e-2 for r in measured)
     assert {(r["layer"], r["setting"]) for r in rows} == {(layer.name, s.label) for layer in layers
-                                                          for s in cc.settings()}
+                                                          for s in settings.settings()}
     assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cudnn.benchmark is False
 
 
 def test_measure_settings_refuses_bad_arguments():
     with pytest.raises(ValueError, match="layout"):
-        cc.measure_settings([LAYER], layouts=["NHCW"])
+        settings.measure_settings([LAYER], layouts=["NHCW"])
     with pytest.raises(ValueError, match="own name"):
-        cc.measure_settings([LAYER, LAYER])
+        settings.measure_settings([LAYER, LAYER])
     with pytest.raises(ValueError, match="dtypes"):
-        cc.measure_settings([LAYER], dtypes=[])
+        settings.measure_settings([LAYER], dtypes=[])
 
 
 def row(layer, layout, dtype, benchmark, microseconds, c=64, k=64):
@@ -268,49 +271,49 @@ ROWS = [  # shaped like the H200's: float16 in NHWC wins, autotuning helps the N
 
 
 def test_predictions_within_the_tie_pass():
-    assert cc.diagnose_prediction(("NHWC", "float16", True), "a", ROWS).ok
-    tie = cc.diagnose_prediction(("NHWC", "float16", False), "a", ROWS)
+    assert diagnose.diagnose_prediction(("NHWC", "float16", True), "a", ROWS).ok
+    tie = diagnose.diagnose_prediction(("NHWC", "float16", False), "a", ROWS)
     assert tie.ok and "a tie" in tie.detail
 
 
 def test_a_slower_prediction_says_why():
-    precision = cc.diagnose_prediction(("NCHW", "float32", False), "a", ROWS)
+    precision = diagnose.diagnose_prediction(("NCHW", "float32", False), "a", ROWS)
     assert precision.problem == "slower" and "9.31x slower" in precision.detail
     assert "tensor cores" in precision.detail and "transposes" in precision.detail
-    autotune = cc.diagnose_prediction(("NCHW", "float16", False), "a", ROWS)
+    autotune = diagnose.diagnose_prediction(("NCHW", "float16", False), "a", ROWS)
     assert "transposes" in autotune.detail and "1.45x as fast" in autotune.detail  # both differences cost time
-    layout_only = cc.diagnose_prediction(("NCHW", "float16", True), "a", ROWS)
+    layout_only = diagnose.diagnose_prediction(("NCHW", "float16", True), "a", ROWS)
     assert "transposes" in layout_only.detail and "heuristic" not in layout_only.detail
-    channels = cc.diagnose_prediction(("NCHW", "float32", False), "b", ROWS)
+    channels = diagnose.diagnose_prediction(("NCHW", "float32", False), "b", ROWS)
     assert "C = 3 is not a multiple of 8" in channels.detail
-    heuristic = cc.explain(Setting("NCHW", "float16", False), Setting("NCHW", "float16", True), ROWS[:6])
+    heuristic = diagnose.explain(Setting("NCHW", "float16", False), Setting("NCHW", "float16", True), ROWS[:6])
     assert "1.45x as fast" in heuristic and "heuristic" in heuristic
 
 
 def test_predictions_that_are_not_settings_or_not_measured():
-    assert cc.diagnose_prediction(None, "a", ROWS).problem == "not a setting"
-    assert cc.diagnose_prediction(("NHWC", "fp16", True), "a", ROWS).problem == "not a setting"
-    missing = cc.diagnose_prediction(("NHWC", "tf32", True), "b", ROWS)
+    assert diagnose.diagnose_prediction(None, "a", ROWS).problem == "not a setting"
+    assert diagnose.diagnose_prediction(("NHWC", "fp16", True), "a", ROWS).problem == "not a setting"
+    missing = diagnose.diagnose_prediction(("NHWC", "tf32", True), "b", ROWS)
     assert missing.problem == "not measured" and "needs an NVIDIA GPU" in missing.detail
-    assert cc.diagnose_prediction(("NHWC", "float16", True), "c", ROWS).problem == "not measured"
-    assert cc.diagnose_prediction(("NHWC", "float16", True), "a", None).ok  # the form only
+    assert diagnose.diagnose_prediction(("NHWC", "float16", True), "c", ROWS).problem == "not measured"
+    assert diagnose.diagnose_prediction(("NHWC", "float16", True), "a", None).ok  # the form only
 
 
 def test_diagnoses_are_graded_like_kernel_checks():
-    grader = checks.Grader(strict=False)
-    assert kernel_checks.grade(grader, "ok", Diagnosis("ok", "fine"), {}) and grader.passed == ["ok"]
+    grader = grading.Grader(strict=False)
+    assert grading.grade(grader, "ok", Diagnosis("ok", "fine"), {}) and grader.passed == ["ok"]
     with pytest.raises(ValueError, match="problem"):
         Diagnosis("nonsense", "")
 
 
 def test_settings_figure_draws_each_layer():
-    fig = cc.settings_figure(ROWS, title="t")
+    fig = settings.settings_figure(ROWS, title="t")
     assert len(fig.data) == 4 and {a.text for a in fig.layout.annotations} == {"a", "b"}
     assert sum(len(trace.x) for trace in fig.data) == 8  # the unmeasured TF32 row is left out
     with pytest.raises(ValueError, match="rows"):
-        cc.settings_figure([], title="t")
+        settings.settings_figure([], title="t")
 
 
 def test_layers_are_the_labs():
-    assert [layer.name for layer in cc.LAYERS] == ["res2 3x3", "res2 1x1", "conv1 7x7/2", "3x3, C=60"]
-    assert all(isinstance(layer, conv.ConvLayer) for layer in cc.LAYERS)
+    assert [layer.name for layer in settings.LAYERS] == ["res2 3x3", "res2 1x1", "conv1 7x7/2", "3x3, C=60"]
+    assert all(isinstance(layer, conv.ConvLayer) for layer in settings.LAYERS)

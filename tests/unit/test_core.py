@@ -7,11 +7,11 @@ import time
 import pytest
 import torch
 
-from gpulab import checks, env, flops, timing
-from gpulab.correctness import check_close, relative_error
-from gpulab.roofline import Roofline
-from gpulab.sweep import OUT_OF_MEMORY, run_sweep
-from gpulab.validation import (
+from gpulab.core import banner, env, flops, plots, rates, timing
+from gpulab.core.correctness import check_close, relative_error
+from gpulab.core.roofline import Roofline
+from gpulab.core.sweep import OUT_OF_MEMORY, run_sweep
+from gpulab.core.validation import (
     dtype_name,
     fits_in_memory,
     matmul_operands,
@@ -19,6 +19,7 @@ from gpulab.validation import (
     supported_dtype,
     unsupported_reason,
 )
+from gpulab.labs import grading
 
 
 @pytest.mark.parametrize("value", [0, -3, 2.5, "8", True, None])
@@ -151,9 +152,8 @@ def test_sweep_turns_out_of_memory_into_a_row_and_goes_on():
 
 
 def test_sweep_records_a_size_refused_before_allocation():
-    from gpulab import blas
 
-    rows = run_sweep(blas.measure_blas, [{"op": "gemm", "n": 10**7, "dtype": "float32"},
+    rows = run_sweep(rates.measure_blas, [{"op": "gemm", "n": 10**7, "dtype": "float32"},
                                          {"op": "gemm", "n": 32, "dtype": "float32"}])
     assert [r["status"] for r in rows] == [OUT_OF_MEMORY, "ok"]
 
@@ -169,16 +169,16 @@ def test_sweep_does_not_hide_other_errors():
 def test_banner_without_gpu(monkeypatch):
     monkeypatch.setenv("GPULAB_DEVICE", "cpu")
     assert env.device().type == "cpu"
-    assert env.banner().startswith("CPU - no CUDA device")
+    assert banner.banner().startswith("CPU - no CUDA device")
     assert env.slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 
 def test_strict_grader_raises_and_lenient_grader_hints(capsys):
-    strict = checks.Grader(strict=True)
+    strict = grading.Grader(strict=True)
     strict.close("two", lambda: 2.0, 2.0, 1e-9, "hint")
-    with pytest.raises(checks.CheckFailed, match="hint: add more"):
+    with pytest.raises(grading.CheckFailed, match="hint: add more"):
         strict.close("three", lambda: None, 3.0, 1e-9, "add more")
-    lenient = checks.Grader(strict=False)
+    lenient = grading.Grader(strict=False)
     lenient.check("broken", lambda: 1 / 0, "divide by something else")
     lenient.close("nan", lambda: float("nan"), 1.0, 0.5, "not a number")
     out = capsys.readouterr().out
@@ -187,7 +187,6 @@ def test_strict_grader_raises_and_lenient_grader_hints(capsys):
 
 
 def test_vertical_marker_places_its_text_on_a_log_axis():
-    from gpulab import plots
 
     fig = plots.sweep_figure([{"x": 1e3, "y": 1}, {"x": 1e9, "y": 2}], "x", "y", title="t", x_title="x", y_title="y",
                              log_x=True)
@@ -198,7 +197,7 @@ def test_vertical_marker_places_its_text_on_a_log_axis():
 
 def test_agrees_with_never_raises():
     reference = torch.randn(3, 2, dtype=torch.float64)
-    assert checks.agrees_with(reference.clone(), reference)
-    assert not checks.agrees_with(None, reference)
-    assert not checks.agrees_with(reference.T, reference)
-    assert not checks.agrees_with(torch.full_like(reference, float("nan")), reference)
+    assert grading.agrees_with(reference.clone(), reference)
+    assert not grading.agrees_with(None, reference)
+    assert not grading.agrees_with(reference.T, reference)
+    assert not grading.agrees_with(torch.full_like(reference, float("nan")), reference)

@@ -13,9 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import ddp, distributed, mlp
-from gpulab.correctness import relative_error
-from gpulab.distributed import Message
+import gpulab
+from conftest import needs_gpu
+from gpulab.ch04_mlp_gemms import mlp
+from gpulab.ch16_distributed_training import ddp, distributed, figures, launch
+from gpulab.ch16_distributed_training.distributed import Message
+from gpulab.core.correctness import relative_error
 
 # ---------------------------------------------------------------------------------------------
 # On paper
@@ -134,23 +137,23 @@ def test_large_batch_rows_derive_time_and_the_linear_scaling_rule():
 
 
 def test_figures():
-    who = distributed.parallelism_figure(4, 4)
+    who = figures.parallelism_figure(4, 4)
     heatmaps = [trace for trace in who.data if trace.type == "heatmap"]
     assert len(heatmaps) == 3 and [list(row) for row in heatmaps[0].z][1] == [1] * 16  # data: row 1 is worker 1
     assert list(heatmaps[1].z[0][:4]) == [0, 1, 2, 3] and list(heatmaps[2].z[0][4:8]) == [1] * 4
-    steps = distributed.ring_steps_figure(4)
+    steps = figures.ring_steps_figure(4)
     assert len(steps.frames) == 1 + 2 * 3 and [list(row) for row in steps.frames[-1].data[0].z] == [[4] * 4] * 4
     assert steps.frames[3].data[0].text[0][1] == "A+B+C+D"  # after reduce-scatter worker 0 holds chunk 1 complete
     rows = distributed.allreduce_traffic([2, 4], 16)
-    assert len(distributed.traffic_vs_workers_figure(rows, title="t").data) == 3
-    assert len(distributed.model_time_figure(8, [8, 2**20], 1e-5, 1e11, title="t").data) == 3
+    assert len(figures.traffic_vs_workers_figure(rows, title="t").data) == 3
+    assert len(figures.model_time_figure(8, [8, 2**20], 1e-5, 1e11, title="t").data) == 3
     rows = [{"batch": b, **r} for b in (64, 1024) for r in distributed.parallelism_traffic(256, 4, b, 4)]
-    assert len(distributed.traffic_figure(rows, title="t").data) == 3
-    assert len(distributed.large_batch_figure(distributed.large_batch_rows(), title="t").data) == 4
+    assert len(figures.traffic_figure(rows, title="t").data) == 3
+    assert len(figures.large_batch_figure(distributed.large_batch_rows(), title="t").data) == 4
     band = [{"bytes": 8, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "seconds": 1e-5}]
-    assert distributed.bandwidth_figure([("a", band)], title="t").layout.xaxis.type == "log"
+    assert figures.bandwidth_figure([("a", band)], title="t").layout.xaxis.type == "log"
     with pytest.raises(ValueError, match="^workers:"):
-        distributed.ring_steps_figure(9)
+        figures.ring_steps_figure(9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,10 +161,10 @@ def test_figures():
 
 
 def test_worker_environment_and_free_port():
-    environment = ddp.worker_environment({"EXTRA": "1"})
-    assert environment["PYTHONPATH"].split(":")[0] == str(ddp.SRC) and (ddp.SRC / "gpulab").is_dir()
+    environment = launch.worker_environment({"EXTRA": "1"})
+    assert environment["PYTHONPATH"].split(":")[0] == str(gpulab.SRC) and (gpulab.SRC / "gpulab").is_dir()
     assert environment["OMP_NUM_THREADS"] == "1" and environment["EXTRA"] == "1"
-    assert 0 < ddp.free_port() < 65536
+    assert 0 < launch.free_port() < 65536
 
 
 def test_ddp_averages_the_gradients_of_equal_shares_into_the_whole_batch_gradient():
@@ -205,7 +208,7 @@ def test_accumulated_micro_batches_take_the_step_of_their_union():
 
 
 def test_a_worker_error_reaches_the_notebook_with_its_message():
-    with pytest.raises(ddp.LaunchError, match="precisions: one of float32, tf32, bfloat16") as caught:
+    with pytest.raises(launch.LaunchError, match="precisions: one of float32, tf32, bfloat16") as caught:
         ddp.ddp_scaling([4, 4], [2], ["float16"], processes=2, warmup=0, repeats=1)
     assert "rank 0" in str(caught.value)
 
@@ -220,8 +223,8 @@ def test_a_launch_past_its_limit_is_stopped_and_leaves_no_process():
         return found
 
     start = time.perf_counter()
-    with pytest.raises(ddp.LaunchError, match="past its limit") as caught:
-        ddp.launch(["--no-python", "sleep", "31.7"], 2, timeout_s=3)  # two workers that would sleep for 31.7 s
+    with pytest.raises(launch.LaunchError, match="past its limit") as caught:
+        launch.launch(["--no-python", "sleep", "31.7"], 2, timeout_s=3)  # two workers that would sleep for 31.7 s
     assert caught.value.timed_out and time.perf_counter() - start < 25
     assert not sleepers()
 
@@ -232,8 +235,8 @@ def test_ranks_killed_by_a_signal_are_tried_once_more_and_their_own_words_are_ke
                       f"open({str(tmp_path / 'starts')!r}, 'a').write('x')\n"
                       "print(f\"rank {os.environ['RANK']}: giving up\", file=sys.stderr, flush=True)\n"
                       "os.abort()\n")
-    with pytest.raises(ddp.LaunchError, match="exited with status") as caught:
-        ddp.launch([str(worker)], 2, attempts=2)
+    with pytest.raises(launch.LaunchError, match="exited with status") as caught:
+        launch.launch([str(worker)], 2, attempts=2)
     assert (tmp_path / "starts").read_text() == "xxxx"  # two ranks, two attempts
     message = str(caught.value)
     assert "rank 0: giving up" in message and "rank 1: giving up" in message  # not pushed out by torchrun's report
@@ -250,7 +253,7 @@ def test_gpu_link_reads_nvidia_smi_topology(monkeypatch):
     assert ddp.gpu_link() is None
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@needs_gpu(gpus=2)
 def test_nccl_allreduce_and_scaling_on_two_gpus():
     rows = ddp.allreduce_bandwidth([8, 2**24], processes=2, backend="nccl", warmup=2, least=5, most=20)
     assert all(r["busbw_gbs"] > 0 and r["nccl_version"] for r in rows)

@@ -9,77 +9,82 @@ import plotly.io as pio
 import pytest
 import torch
 
-from gpulab import blas, plots, results, widgets
-from gpulab.roofline import Roofline
+from gpulab.ch01_cpus_to_gpus.figures import gpu_comparison_figure
+from gpulab.ch03_blas_levels import blas
+from gpulab.ch03_blas_levels.explorer import roofline_explorer
+from gpulab.ch03_blas_levels.figures import blocking_figure, roofline_explorer_figure
+from gpulab.core import plots, rates, recordings
+from gpulab.core.roofline import Roofline
 
 
-@pytest.mark.parametrize("op", blas.OPS)
+@pytest.mark.parametrize("op", rates.OPS)
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
 def test_measure_blas_checks_and_times(op, dtype):
-    row = blas.measure_blas(op, 64, dtype)
+    row = rates.measure_blas(op, 64, dtype)
     assert row["op"] == op and row["dtype"] == dtype and row["seconds"] > 0
     assert row["gflops"] == pytest.approx(row["flops"] / row["seconds"] / 1e9)
     assert row["relative_error"] < 0.05
 
 
 def test_measure_blas_catches_a_wrong_result(monkeypatch):
-    real = blas._operation
+    real = rates._operation
 
     def off_by_one(op, t):
         fn = real(op, t)
         return lambda: fn().add_(1)
 
-    monkeypatch.setattr(blas, "_operation", off_by_one)
+    monkeypatch.setattr(rates, "_operation", off_by_one)
     with pytest.raises(AssertionError, match="relative error"):
-        blas.measure_blas("gemm", 32, "float32")
+        rates.measure_blas("gemm", 32, "float32")
 
 
 def test_measure_blas_rejects_bad_arguments():
     with pytest.raises(ValueError, match="^op:"):
-        blas.measure_blas("trsm", 64)
+        rates.measure_blas("trsm", 64)
     with pytest.raises(ValueError, match="^dtype:"):
-        blas.measure_blas("gemm", 64, "int8")
+        rates.measure_blas("gemm", 64, "int8")
     with pytest.raises(ValueError, match="^dtype: tf32 is a tensor-core mode"):
-        blas.measure_blas("gemm", 64, "tf32", torch.device("cpu"))
+        rates.measure_blas("gemm", 64, "tf32", torch.device("cpu"))
     with pytest.raises(ValueError, match="^n:"):
-        blas.measure_blas("gemm", 0)
+        rates.measure_blas("gemm", 0)
     with pytest.raises(ValueError, match="^n: needs"):
-        blas.measure_blas("gemm", 10**7)
+        rates.measure_blas("gemm", 10**7)
 
 
 def test_blocked_gemm_and_ceilings():
     rows = blas.blocked_gemm_sweep(128, [8, 128])
     assert [r["block"] for r in rows] == [8, 128] and all(r["status"] == "ok" for r in rows)
     assert rows[0]["intensity"] < rows[1]["intensity"]
-    roof = Roofline.from_rows(blas.ceilings(2**20, 64, ["float32"]), "cpu")
+    roof = Roofline.from_rows(rates.ceilings(2**20, 64, ["float32"]), "cpu")
     assert roof.bandwidth > 0 and roof.peak("float32") > 0
 
 
 def test_recording_round_trip_and_staleness(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
-    recording = results.run("blas_levels", blas.levels_sweep, vector_sizes=[256], matrix_sizes=[16], dtypes=["float32"])
+    recording = recordings.run("blas_levels", blas.levels_sweep, vector_sizes=[256], matrix_sizes=[16],
+                               dtypes=["float32"])
     assert not recording.provenance.get("recorded") and recording.label.endswith("live")
-    path = results.save(recording)
+    path = recordings.save(recording)
     assert path.parent.parent == tmp_path and path.name == "blas_levels.json"
-    loaded = results.load("blas_levels")
+    loaded = recordings.load("blas_levels")
     assert loaded.rows == json.loads(json.dumps(recording.rows)) and loaded.label.startswith(recording.device_name)
     assert {"device", "date", "git_commit", "code"} <= set(loaded.provenance)
-    assert not results.is_stale(loaded) and results.stale_recordings() == []
-    [row] = results.inventory()
+    assert not recordings.is_stale(loaded) and recordings.stale_recordings() == []
+    [row] = recordings.inventory()
     assert (row["gpu"], row["experiment"], row["stale"]) == (recording.device_name, "blas_levels", False)
     data = json.loads(path.read_text())
-    data["provenance"]["code"]["parts"]["gpulab.blas.measure_blas"] = "0" * 12
+    data["provenance"]["code"]["parts"]["gpulab.core.rates.measure_blas"] = "0" * 12
     data["provenance"]["code"]["hash"] = "0" * 16
     path.write_text(json.dumps(data))
-    [stale] = results.stale_recordings()
-    assert stale.path == path and stale.changes == ("gpulab.blas.measure_blas changed",)
-    assert results.inventory()[0]["stale"]
-    assert results.load("no-such-experiment") is None
+    [stale] = recordings.stale_recordings()
+    assert stale.path == path and stale.changes == ("gpulab.core.rates.measure_blas changed",)
+    assert recordings.inventory()[0]["stale"]
+    assert recordings.load("no-such-experiment") is None
 
 
 def test_committed_recordings_are_complete():
     """Every recording under results/ has rows and provenance (their freshness: tests/unit/test_provenance.py)."""
-    for recording_path in sorted(results.results_dir().glob("*/*.json")):
+    for recording_path in sorted(recordings.results_dir().glob("*/*.json")):
         data = json.loads(recording_path.read_text())
         assert data["rows"] and data["provenance"]["device"]["kind"] == "cuda", recording_path
         assert {"date", "code", "git_commit"} <= set(data["provenance"]), recording_path
@@ -96,11 +101,11 @@ def test_renderer_emits_plotly_json_and_html():
 
 def test_roofline_figures():
     roof = Roofline("gpu", 1e12, {"float32": 5e13, "float16": 4e14})
-    points = [blas.measure_blas("gemm", 32, "float32")]
+    points = [rates.measure_blas("gemm", 32, "float32")]
     assert len(plots.roofline_figure(roof, points).data) == 3  # two roofs, one point
-    explorer = plots.roofline_explorer_figure(roof, points + [blas.measure_blas("gemm", 32, "float16")], title="x")
+    explorer = roofline_explorer_figure(roof, points + [rates.measure_blas("gemm", 32, "float16")], title="x")
     assert [b.label for b in explorer.layout.updatemenus[0].buttons] == ["float32", "float16"]
-    blocking = plots.blocking_figure([{"block": 4, "intensity": 1.0, "gflops": 900.0, "dtype": "float32"},
+    blocking = blocking_figure([{"block": 4, "intensity": 1.0, "gflops": 900.0, "dtype": "float32"},
                                       {"block": 64, "intensity": 16.0, "gflops": 9000.0, "dtype": "float32"}],
                                      roof, title="b")
     measured, bound = blocking.data
@@ -114,7 +119,7 @@ def test_shared_figures_title_every_axis():
     named = plots.bars_figure(rows, "layer", {"time": "t"}, title="t", y_title="s", x_title="convolution layer")
     assert named.layout.xaxis.title.text == "convolution layer"
     table = {g: [{"metric": "peak float16", "value": v, "peak": True}] for g, v in (("A", 1.0), ("B", 2.0))}
-    comparison = plots.gpu_comparison_figure(table, "A", "B", title="c").layout
+    comparison = gpu_comparison_figure(table, "A", "B", title="c").layout
     assert comparison.xaxis.title.text and comparison.yaxis.title.text
 
 def shown(output):
@@ -128,7 +133,7 @@ def shown(output):
 def test_explorer_measures_on_click_and_survives_bad_input(monkeypatch):
     monkeypatch.setattr(pio.renderers, "default", plots.TEMPLATE)  # the renderer a kernel uses
     roof = Roofline("cpu", 1e10, {"float32": 1e11})
-    explorer = widgets.roofline_explorer(roof, sizes=[16, 32], dtypes=["float32", "float16"])
+    explorer = roofline_explorer(roof, sizes=[16, 32], dtypes=["float32", "float16"])
     controls, output = explorer.children
     op, size, dtype, button = controls.children
     assert list(dtype.options) == ["float32"]  # only dtypes with a measured peak
@@ -141,13 +146,13 @@ def test_explorer_measures_on_click_and_survives_bad_input(monkeypatch):
     button.click()
     text, figures = shown(output)
     assert text.startswith("Not measured: n: needs") and len(figures) == 1  # the earlier point stays drawn
-    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.widgets)
+    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.core.widgets)
 
 
 def test_dot_check_is_relative_to_the_sum_of_magnitudes():
     """A long float32 dot of random data cancels; its error is judged against |x|.|y|, so it passes every time."""
     for _ in range(3):
-        assert blas.measure_blas("dot", 2**22, "float32")["relative_error"] < 1e-6
+        assert rates.measure_blas("dot", 2**22, "float32")["relative_error"] < 1e-6
 
 
 def test_out_of_memory_marks_sit_at_their_size_on_a_log_axis():

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import fusion, kernels
+from conftest import needs_gpu
+from gpulab.ch13_memory_bound_layers_and_fusion import figures, fusion, sweeps
+from gpulab.core import kernel_mode
 from gpulab.kernels import cuda_c
-
-needs_gpu = pytest.mark.skipif(not kernels.on_gpu(), reason="needs a CUDA GPU")
 
 
 def test_layer_and_chain_costs():
@@ -114,7 +114,7 @@ def test_the_kernel_compiles_in_both_forms_without_spilling():
         assert resources.spill_stores_bytes == resources.stack_bytes == 0
 
 
-@pytest.mark.skipif(kernels.on_gpu(), reason="checks the message shown without a GPU")
+@pytest.mark.skipif(kernel_mode.on_gpu(), reason="checks the message shown without a GPU")
 def test_the_hand_kernel_says_it_needs_a_gpu():
     with pytest.raises(ValueError, match="runs only on a GPU.*recorded run"):
         fusion.fused_bias_gelu_dropout(torch.randn(4, 8), torch.randn(8), 0.1, 0)
@@ -132,20 +132,20 @@ def test_check_dropout_accepts_dropout_and_catches_mistakes():
 
 
 def test_pointwise_layers_are_measured_with_their_ceilings():
-    rows = fusion.pointwise_roofline(32, 64, 2**20, 64)
-    roofline, layers = fusion.roofline_of(rows, "cpu")
+    rows = sweeps.pointwise_roofline(32, 64, 2**20, 64)
+    roofline, layers = sweeps.roofline_of(rows, "cpu")
     assert roofline.bandwidth > 0 and roofline.peak("float32") > 0
     assert {r["op"] for r in layers} >= {"ReLU", "GELU", "LayerNorm", "softmax", "bias + GELU + dropout (eager)"}
     for row in layers:
         assert row["seconds"] > 0 and row["relative_error"] < 1e-5 and row["fraction_of_copy"] > 0
         assert row["intensity"] <= 1  # at most one FLOP per byte: far left of any GPU's ridge
         assert row["gbytes_per_s"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
-    fig = fusion.roofline_figure(rows, "cpu", title="test")
+    fig = figures.roofline_figure(rows, "cpu", title="test")
     assert len(fig.data) == 1 + len(layers) and fig.layout.xaxis.type == "log"
 
 
 def test_compile_comparison_rows_and_a_compile_that_fails(monkeypatch):
-    rows = fusion.compile_comparison(16, 64, use_compile=False)
+    rows = sweeps.compile_comparison(16, 64, use_compile=False)
     assert [(r["chain"], r["mode"]) for r in rows] == [
         ("bias_gelu_dropout", "eager"), ("bias_gelu_dropout", "torch.compile"), ("add_layer_norm", "eager"),
         ("add_layer_norm", "torch.compile"), ("copy", "copy")]
@@ -157,26 +157,26 @@ def test_compile_comparison_rows_and_a_compile_that_fails(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler\nmore detail")
 
-    monkeypatch.setattr(fusion, "compile_unavailable", lambda device: None)
-    monkeypatch.setattr(fusion, "compiled", broken)
-    rows = fusion.compile_comparison(8, 32, chains=["add_layer_norm"])
+    monkeypatch.setattr(sweeps, "compile_unavailable", lambda device: None)
+    monkeypatch.setattr(sweeps, "compiled", broken)
+    rows = sweeps.compile_comparison(8, 32, chains=["add_layer_norm"])
     assert rows[1]["status"] == "compile failed: RuntimeError: no C++ compiler"
     with pytest.raises(ValueError, match="^chains:"):
-        fusion.compile_comparison(8, 32, chains=["nope"])
+        sweeps.compile_comparison(8, 32, chains=["nope"])
 
 
 def test_parameter_sizes_are_a_transformers():
-    sizes = fusion.parameter_sizes(2, 64)
+    sizes = sweeps.parameter_sizes(2, 64)
     assert len(sizes) == 2 * 12 and sum(sizes) == 2 * (12 * 64 * 64 + 13 * 64)
 
 
 def test_horizontal_fusion_gives_one_answer_three_ways():
-    rows = fusion.horizontal_fusion([32], layers=2)
-    assert [r["method"] for r in rows] == list(fusion.HORIZONTAL_METHODS)
+    rows = sweeps.horizontal_fusion([32], layers=2)
+    assert [r["method"] for r in rows] == list(sweeps.HORIZONTAL_METHODS)
     assert all(r["relative_error"] < 1e-6 and r["tensors"] == 24 for r in rows)
     assert rows[0]["speedup"] == 1.0
     with pytest.raises(ValueError, match="^d_models:"):
-        fusion.horizontal_fusion([0], layers=1)
+        sweeps.horizontal_fusion([0], layers=1)
 
 
 @needs_gpu
@@ -194,7 +194,7 @@ def test_the_hand_kernel_matches_the_reference_on_the_gpu():
 
 @needs_gpu
 def test_hand_kernel_experiment_small_on_the_gpu():
-    rows = fusion.hand_kernel(256, 1024, use_compile=False)
+    rows = sweeps.hand_kernel(256, 1024, use_compile=False)
     kinds = [r["kind"] for r in rows]
-    assert kinds.count("CUDA C") == len(fusion.DEFAULT_VARIANTS) and kinds[-1] == "copy"
+    assert kinds.count("CUDA C") == len(sweeps.DEFAULT_VARIANTS) and kinds[-1] == "copy"
     assert all(r["fraction_of_copy"] > 0 for r in rows if r["status"] == "ok")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import gemm, kernels, mlp
-from gpulab.correctness import check_close, poisoned, random_tensor
+from conftest import needs_gpu
+from gpulab.ch04_mlp_gemms.waves import tile_waves
+from gpulab.ch09_gemm_on_the_gpu import figures, gemm
+from gpulab.core import kernel_mode
+from gpulab.core.correctness import check_close, poisoned, random_tensor
 from gpulab.kernels import cuda_c, numba_kernels
-
-needs_gpu = pytest.mark.skipif(not kernels.on_gpu(), reason="needs a CUDA GPU")
 
 
 def test_the_worklog_is_every_sgemm_file_in_order():
@@ -78,36 +79,36 @@ def test_divisibility_groups_sizes_by_their_largest_power_of_two():
 
 
 def test_the_guides_examples():
-    assert mlp.tile_waves(3 * 128, 4 * 128, (128, 128), 8).wave_efficiency == 0.75
-    tail = mlp.tile_waves(1024, 2688, (256, 128), 80)
+    assert tile_waves(3 * 128, 4 * 128, (128, 128), 8).wave_efficiency == 0.75
+    tail = tile_waves(1024, 2688, (256, 128), 80)
     assert (tail.tiles, tail.waves, tail.efficiency) == (84, 2, pytest.approx(84 / 160))
 
 
 def test_figures_draw_from_rows():
     rows = [{"step": s.number, "label": s.label, "tflops": 10.0 * s.number, "fraction_of_cublas": s.number / 10}
             for s in gemm.STEPS] + [{"step": 0, "label": "cuBLAS", "tflops": 100.0, "fraction_of_cublas": 1.0}]
-    fig = gemm.worklog_figure(rows, peak_tflops=120.0, title="t")
+    fig = figures.worklog_figure(rows, peak_tflops=120.0, title="t")
     assert len(fig.data[0].x) == 9 and fig.data[0].text[-1] == "90%"
-    assert len(gemm.schedule_figure(64, 96, 80, 16, block=(1, 2)).layout.sliders[0].steps) == 5
+    assert len(figures.schedule_figure(64, 96, 80, 16, block=(1, 2)).layout.sliders[0].steps) == 5
     with pytest.raises(ValueError, match="block"):
-        gemm.schedule_figure(64, 96, 80, 16, block=(4, 0))
-    waves = gemm.waves_figure(3 * 128, 4 * 128, (128, 128), 8)
+        figures.schedule_figure(64, 96, 80, 16, block=(4, 0))
+    waves = figures.waves_figure(3 * 128, 4 * 128, (128, 128), 8)
     assert waves.data[0].z[2] == (2, 2, 2, 2) or list(waves.data[0].z[2]) == [2, 2, 2, 2]
 
 
 def test_the_numba_tiled_kernel_matches_torch_in_either_mode():
-    device = kernels.device()
+    device = kernel_mode.device()
     A, B = random_tensor((32, 48), torch.float32, device), random_tensor((48, 16), torch.float32, device)
     C = poisoned((32, 16), torch.float32, device)
     tile = numba_kernels.TILE
     numba_kernels.matmul_tiled[(16 // tile, 32 // tile), (tile, tile)](
-        kernels.device_array(A), kernels.device_array(B), kernels.device_array(C))
-    kernels.synchronize()
+        kernel_mode.device_array(A), kernel_mode.device_array(B), kernel_mode.device_array(C))
+    kernel_mode.synchronize()
     check_close(C, A.double() @ B.double(), 1e-5, "matmul_tiled")
 
 
 def test_the_kernels_need_a_gpu_and_say_so():
-    if kernels.on_gpu():
+    if kernel_mode.on_gpu():
         pytest.skip("checks the message without a GPU")
     with pytest.raises(ValueError, match="step 9 .*needs a CUDA GPU"):
         gemm.sgemm(9, torch.ones(4, 4), torch.ones(4, 4))
@@ -144,7 +145,7 @@ def test_the_per_sm_model_counts_the_busiest_sm():
     assert gemm.sm_efficiency(full, 0.6) == 1.0
     assert gemm.sm_efficiency(odd, 0.6) == pytest.approx(9 / 16)  # one SM runs a pair: a whole group's time
     assert gemm.sm_efficiency(lone, 0.6) == pytest.approx(0.5 / 0.6)  # every SM runs one block, alone
-    slot_model = mlp.tile_waves(lone["m"], lone["n"], (128, 128), 8 * 2).efficiency
+    slot_model = tile_waves(lone["m"], lone["n"], (128, 128), 8 * 2).efficiency
     assert gemm.sm_efficiency(lone, 1.0) == pytest.approx(slot_model) == 0.5  # a half-empty wave costs a whole one
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab import clocks, hardware
+from gpulab.ch01_cpus_to_gpus import hardware
+from gpulab.core import clocks
 
 
 def test_copy_hierarchy_measures_hot_and_cold_copies_of_each_size():

@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from gpulab import checks, kernel_checks, kernels
-from gpulab.kernel_checks import Diagnosis
+from gpulab.ch07_cuda_threads_blocks.threads import blocks_for
+from gpulab.ch08_memory_hierarchy.memory import stencil_reference
+from gpulab.core import kernel_mode
 from gpulab.kernels import numba_kernels
+from gpulab.labs import grading, lab06_first_kernels, lab07_tiled_matmul
+from gpulab.labs.grading import Diagnosis
 
-cuda = kernels.numba_cuda()
+cuda = kernel_mode.numba_cuda()
 M = 32  # threads per block of the 1D tests
 N = 2 * M + 5  # not a multiple of M: the last block has idle threads
 
@@ -53,18 +56,18 @@ def launched(kernel, blocks):
 
 
 def test_saxpy_right_kernel_passes():
-    diagnosis = kernel_checks.diagnose_saxpy(launched(saxpy, lambda n: kernel_checks.blocks_for(n, M)), N)
+    diagnosis = lab06_first_kernels.diagnose_saxpy(launched(saxpy, lambda n: blocks_for(n, M)), N)
     assert diagnosis.ok and diagnosis == Diagnosis("ok", "every element is right")
 
 
 def test_saxpy_mistakes_are_named():
-    ceil_blocks = lambda n: kernel_checks.blocks_for(n, M)  # noqa: E731
-    assert kernel_checks.diagnose_saxpy(launched(saxpy_unbounded, ceil_blocks), N).problem == "out of bounds"
-    too_few = kernel_checks.diagnose_saxpy(launched(saxpy, lambda n: n // M), N)
+    ceil_blocks = lambda n: blocks_for(n, M)  # noqa: E731
+    assert lab06_first_kernels.diagnose_saxpy(launched(saxpy_unbounded, ceil_blocks), N).problem == "out of bounds"
+    too_few = lab06_first_kernels.diagnose_saxpy(launched(saxpy, lambda n: n // M), N)
     assert too_few.problem == "unwritten tail" and f"indices {2 * M} to {N - 1}" in too_few.detail
-    nothing = kernel_checks.diagnose_saxpy(launched(does_nothing, ceil_blocks), N)
+    nothing = lab06_first_kernels.diagnose_saxpy(launched(does_nothing, ceil_blocks), N)
     assert nothing == Diagnosis("unwritten", f"none of the {N} elements was written")
-    wrong = kernel_checks.diagnose_saxpy(launched(saxpy_forgets_y, ceil_blocks), N)
+    wrong = lab06_first_kernels.diagnose_saxpy(launched(saxpy_forgets_y, ceil_blocks), N)
     assert wrong.problem == "wrong values" and f"{N} of {N} elements are wrong" in wrong.detail
 
 
@@ -72,11 +75,11 @@ def test_saxpy_errors_become_diagnoses():
     def broken(a, x, y):
         raise TypeError("unsupported operand")
 
-    diagnosis = kernel_checks.diagnose_saxpy(broken, N)
+    diagnosis = lab06_first_kernels.diagnose_saxpy(broken, N)
     assert diagnosis.problem == "error" and "TypeError: unsupported operand" in diagnosis.detail
-    assert kernel_checks.diagnose_saxpy(lambda a, x, y: None, N).problem == "unwritten"
+    assert lab06_first_kernels.diagnose_saxpy(lambda a, x, y: None, N).problem == "unwritten"
     with pytest.raises(ValueError, match="^n:"):
-        kernel_checks.diagnose_saxpy(broken, 0)
+        lab06_first_kernels.diagnose_saxpy(broken, 0)
 
 
 # --- a 2D kernel: out[row, col] = scale * inp[row, col] + row ----------------------------------------
@@ -113,26 +116,26 @@ def scale_add_row_unbounded(inp, out, scale):
 
 
 def test_matrix_right_kernel_passes():
-    assert kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS).ok
+    assert lab06_first_kernels.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS).ok
 
 
 def test_matrix_mistakes_are_named():
-    names = kernel_checks.diagnose_scale_add_row(scale_add_row_names_swapped, ROWS, COLS, THREADS)
+    names = lab06_first_kernels.diagnose_scale_add_row(scale_add_row_names_swapped, ROWS, COLS, THREADS)
     assert names.problem == "index order" and "takes x" in names.detail
-    indices = kernel_checks.diagnose_scale_add_row(scale_add_row_indices_swapped, ROWS, COLS, THREADS)
+    indices = lab06_first_kernels.diagnose_scale_add_row(scale_add_row_indices_swapped, ROWS, COLS, THREADS)
     assert indices.problem == "index order" and "16 x 16" in indices.detail
-    unbounded = kernel_checks.diagnose_scale_add_row(scale_add_row_unbounded, ROWS, COLS, THREADS)
+    unbounded = lab06_first_kernels.diagnose_scale_add_row(scale_add_row_unbounded, ROWS, COLS, THREADS)
     assert unbounded.problem == "out of bounds"
-    too_small = kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=(2, 3))
+    too_small = lab06_first_kernels.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=(2, 3))
     assert too_small.problem == "unwritten" and "reaches 12 rows and 16 columns" in too_small.detail
 
 
 def test_matrix_bad_grids_are_named_without_a_launch():
     for blocks in (None, (3,), (3.0, 4), (0, 4)):
-        diagnosis = kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=blocks)
+        diagnosis = lab06_first_kernels.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, blocks=blocks)
         assert diagnosis.problem == "error" and "two whole numbers" in diagnosis.detail
-    assert "far past" in kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (99, 99)).detail
-    assert kernel_checks.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (np.int64(3), 4)).ok
+    assert "far past" in lab06_first_kernels.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (99, 99)).detail
+    assert lab06_first_kernels.diagnose_scale_add_row(scale_add_row, ROWS, COLS, THREADS, (np.int64(3), 4)).ok
 
 
 # --- the 1D stencil of radius 3 in shared memory ---------------------------------------------------
@@ -166,27 +169,27 @@ def make_stencil(barrier: bool, halo: bool, shift: int):
 
 
 def test_stencil_right_kernel_passes():
-    assert kernel_checks.diagnose_stencil(make_stencil(True, True, 0), N, BLOCK).ok
+    assert lab06_first_kernels.diagnose_stencil(make_stencil(True, True, 0), N, BLOCK).ok
 
 
 def test_stencil_mistakes_are_named():
-    race = kernel_checks.diagnose_stencil(make_stencil(False, True, 0), 2 * BLOCK, BLOCK)
-    halo = kernel_checks.diagnose_stencil(make_stencil(True, False, 0), 2 * BLOCK, BLOCK)
+    race = lab06_first_kernels.diagnose_stencil(make_stencil(False, True, 0), 2 * BLOCK, BLOCK)
+    halo = lab06_first_kernels.diagnose_stencil(make_stencil(True, False, 0), 2 * BLOCK, BLOCK)
     # On a GPU neither mistake shows reliably: a block of 32 threads is one warp, which runs in step
     # (no race), and shared memory that a kernel forgot to fill may still hold a previous launch's halo.
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         assert race.problem == "race" and "match no window" in race.detail
         assert halo.problem == "race" and "halo" in halo.detail
-    shifted = kernel_checks.diagnose_stencil(make_stencil(True, True, -RADIUS), 2 * BLOCK, BLOCK)
+    shifted = lab06_first_kernels.diagnose_stencil(make_stencil(True, True, -RADIUS), 2 * BLOCK, BLOCK)
     assert shifted.problem == "shifted window" and "i -3" in shifted.detail
 
 
 def test_stencil_reference_and_blocks():
     x = torch.arange(10.0)
-    assert kernel_checks.stencil_reference(x, 3).tolist() == [21.0, 28.0, 35.0, 42.0]
-    assert [kernel_checks.blocks_for(n, 32) for n in (1, 32, 33, 64)] == [1, 1, 2, 2]
+    assert stencil_reference(x, 3).tolist() == [21.0, 28.0, 35.0, 42.0]
+    assert [blocks_for(n, 32) for n in (1, 32, 33, 64)] == [1, 1, 2, 2]
     with pytest.raises(ValueError, match="^n and threads_per_block"):
-        kernel_checks.blocks_for(0, 32)
+        blocks_for(0, 32)
 
 
 # --- C = A @ B in shared-memory tiles ---------------------------------------------------------------
@@ -243,9 +246,9 @@ def make_matmul(early_return=False, zero_fill=True, guard_loads=True, guard_stor
 
 def test_matmul_right_kernels_pass():
     right = make_matmul()
-    assert kernel_checks.diagnose_matmul(right, *SHAPE, TILE) == Diagnosis("ok", "every element is right")
-    assert kernel_checks.diagnose_matmul(right, 3, 2, 5, TILE).ok  # less than one tile
-    assert kernel_checks.diagnose_matmul(numba_kernels.matmul_naive, *SHAPE, TILE).ok
+    assert lab07_tiled_matmul.diagnose_matmul(right, *SHAPE, TILE) == Diagnosis("ok", "every element is right")
+    assert lab07_tiled_matmul.diagnose_matmul(right, 3, 2, 5, TILE).ok  # less than one tile
+    assert lab07_tiled_matmul.diagnose_matmul(numba_kernels.matmul_naive, *SHAPE, TILE).ok
 
 
 @pytest.mark.parametrize(("mistake", "problem", "detail"), [
@@ -258,68 +261,68 @@ def test_matmul_right_kernels_pass():
 ], ids=["floor loop", "no zero fill", "tile of A read transposed", "tile of B stored transposed", "store unguarded",
         "loads unguarded"])
 def test_matmul_mistakes_are_named(mistake, problem, detail):
-    diagnosis = kernel_checks.diagnose_matmul(make_matmul(**mistake), *SHAPE, TILE)
+    diagnosis = lab07_tiled_matmul.diagnose_matmul(make_matmul(**mistake), *SHAPE, TILE)
     assert diagnosis.problem == problem and detail in diagnosis.detail
 
 
 def test_matmul_timing_dependent_mistakes_are_named():
-    early = kernel_checks.diagnose_matmul(make_matmul(early_return=True), *SHAPE, TILE)
-    no_barriers = [kernel_checks.diagnose_matmul(make_matmul(**{barrier: False}), *SHAPE, TILE)
+    early = lab07_tiled_matmul.diagnose_matmul(make_matmul(early_return=True), *SHAPE, TILE)
+    no_barriers = [lab07_tiled_matmul.diagnose_matmul(make_matmul(**{barrier: False}), *SHAPE, TILE)
                    for barrier in ("first_barrier", "second_barrier")]
     # On a GPU these show only by chance: the skipped loads leave whatever the slots held (zeros, perhaps),
     # and a block's warps may well run in step.
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         assert early.problem == "edge tiles" and "rows 4 to 6 and columns 4 to 5" in early.detail
         assert [d.problem for d in no_barriers] == ["race", "race"]
-        store = kernel_checks.diagnose_matmul(make_matmul(guard_store=False), *SHAPE, TILE)
+        store = lab07_tiled_matmul.diagnose_matmul(make_matmul(guard_store=False), *SHAPE, TILE)
         assert "in the line `C[row, col] = total`" in store.detail  # the simulator names the kernel's line
 
 
 def test_matmul_grids_are_examined():
     right, (m, k, n) = make_matmul(), (9, 3, 6)  # 3 blocks down, 2 across
-    too_few = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 2))
+    too_few = lab07_tiled_matmul.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 2))
     assert too_few.problem == "unwritten" and "reaches 8 rows and 4 columns" in too_few.detail
-    one_block = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 1))
+    one_block = lab07_tiled_matmul.diagnose_matmul(right, m, k, n, TILE, blocks=(1, 1))
     assert one_block.problem == "unwritten" and "reaches 4 rows and 4 columns" in one_block.detail
-    swapped = kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(3, 2))
+    swapped = lab07_tiled_matmul.diagnose_matmul(right, m, k, n, TILE, blocks=(3, 2))
     assert swapped.problem == "unwritten" and "C's transpose" in swapped.detail
-    assert "two whole numbers" in kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=None).detail
-    assert "far past" in kernel_checks.diagnose_matmul(right, m, k, n, TILE, blocks=(9, 9)).detail
+    assert "two whole numbers" in lab07_tiled_matmul.diagnose_matmul(right, m, k, n, TILE, blocks=None).detail
+    assert "far past" in lab07_tiled_matmul.diagnose_matmul(right, m, k, n, TILE, blocks=(9, 9)).detail
     for bad in ({"m": 0}, {"tile": 33}, {"k": 2.5}):
         arguments = {"m": m, "k": k, "n": n, "tile": TILE, **bad}
         with pytest.raises(ValueError, match=f"^{next(iter(bad))}:"):
-            kernel_checks.diagnose_matmul(right, **arguments)
+            lab07_tiled_matmul.diagnose_matmul(right, **arguments)
 
 
 # --- the building blocks ---------------------------------------------------------------------------
 
 def test_compare_names_nan_tail_and_wrong_values():
     reference = torch.arange(1.0, 9.0)
-    assert kernel_checks.compare(reference.clone(), reference).ok
+    assert grading.compare(reference.clone(), reference).ok
     tail = reference.clone()
     tail[5:] = math.nan
-    assert kernel_checks.compare(tail, reference).problem == "unwritten tail"
+    assert grading.compare(tail, reference).problem == "unwritten tail"
     holes = reference.clone()
     holes[2] = math.nan
-    assert kernel_checks.compare(holes, reference).detail.endswith("the first at index 2")
+    assert grading.compare(holes, reference).detail.endswith("the first at index 2")
     wrong = reference.clone()
     wrong[4] += 1
-    assert "the first at index 4: 6 instead of 5" in kernel_checks.compare(wrong, reference).detail
+    assert "the first at index 4: 6 instead of 5" in grading.compare(wrong, reference).detail
     matrix = torch.ones(3, 4)
     matrix[1, 2] = 7
-    assert "row 1, column 2" in kernel_checks.compare(matrix, torch.ones(3, 4)).detail
+    assert "row 1, column 2" in grading.compare(matrix, torch.ones(3, 4)).detail
     with pytest.raises(ValueError, match="^actual: shape"):
-        kernel_checks.compare(torch.ones(3), torch.ones(4))
+        grading.compare(torch.ones(3), torch.ones(4))
 
 
 def test_guard_zone_sees_a_write_past_the_end():
     generator = torch.Generator().manual_seed(1)
-    vector = kernel_checks.guarded(torch.zeros(5), 3, generator)
+    vector = grading.guarded(torch.zeros(5), 3, generator)
     assert vector.buffer.shape == (8,) and vector.guard_intact()
     vector.buffer[6] = 0
     assert not vector.guard_intact()
     with pytest.raises(ValueError, match="^guard:"):
-        kernel_checks.guarded(torch.zeros(5), (1, 2), generator)
+        grading.guarded(torch.zeros(5), (1, 2), generator)
 
 
 def test_diagnosis_hint_and_validation():
@@ -334,17 +337,17 @@ def test_safely_first_failure_and_grade(capsys):
     def boom():
         raise KeyError("x")
 
-    assert kernel_checks.safely(boom) == Diagnosis("error", "KeyError: 'x'")
+    assert grading.safely(boom) == Diagnosis("error", "KeyError: 'x'")
     good, bad = Diagnosis("ok", "fine"), Diagnosis("unwritten", "none of the 3 elements was written")
-    assert kernel_checks.first_failure([lambda: good, lambda: bad, boom]) == bad
-    assert kernel_checks.first_failure([lambda: good]) == good
-    assert kernel_checks.first_failure([]).problem == "error"
-    only = kernel_checks.compare(torch.tensor([math.nan]), torch.ones(1))
+    assert grading.first_failure([lambda: good, lambda: bad, boom]) == bad
+    assert grading.first_failure([lambda: good]) == good
+    assert grading.first_failure([]).problem == "error"
+    only = grading.compare(torch.tensor([math.nan]), torch.ones(1))
     assert only == Diagnosis("unwritten", "the only element was never written")
-    grader = checks.Grader(strict=False)
-    assert not kernel_checks.grade(grader, "demo", bad, {"unwritten": "launch it"})
-    assert kernel_checks.grade(grader, "demo ok", good, {})
+    grader = grading.Grader(strict=False)
+    assert not grading.grade(grader, "demo", bad, {"unwritten": "launch it"})
+    assert grading.grade(grader, "demo ok", good, {})
     text = capsys.readouterr().out
     assert "NOT YET  demo\n   hint: none of the 3 elements was written. launch it" in text and "PASS  demo ok" in text
-    with pytest.raises(checks.CheckFailed):
-        kernel_checks.grade(checks.Grader(strict=True), "strict", bad, {})
+    with pytest.raises(grading.CheckFailed):
+        grading.grade(grading.Grader(strict=True), "strict", bad, {})

@@ -9,11 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import env, kernels, memory, occupancy, threads
+from conftest import needs_gpu
+from gpulab.ch07_cuda_threads_blocks import threads
+from gpulab.ch08_memory_hierarchy import memory
+from gpulab.core import banner, env, kernel_mode, occupancy
 from gpulab.kernels import cuda_c
 
-needs_gpu = pytest.mark.skipif(not kernels.on_gpu(), reason="needs a CUDA GPU")
-simulator_only = pytest.mark.skipif(kernels.on_gpu(), reason="checks the simulator's behaviour")
+simulator_only = pytest.mark.skipif(kernel_mode.on_gpu(), reason="checks the simulator's behaviour")
 
 
 @pytest.mark.parametrize("file", cuda_c.files(), ids=lambda p: p.stem)
@@ -55,8 +57,8 @@ def test_resource_lines_are_parsed_per_kernel():
 
 
 def test_the_banner_says_where_kernels_run():
-    assert env.banner().splitlines()[-1] == kernels.describe()
-    assert ("simulator" in kernels.describe()) != kernels.on_gpu()
+    assert banner.banner().splitlines()[-1] == kernel_mode.describe()
+    assert ("simulator" in kernel_mode.describe()) != kernel_mode.on_gpu()
 
 
 @pytest.mark.parametrize(("threads_per_block", "registers", "shared", "blocks", "limit", "fraction"), [
@@ -120,7 +122,7 @@ def test_the_stencil_needs_its_barrier():
     rows = memory.stencil(600, trials=1)  # with the barrier it checks itself against torch
     with_barrier, without = (next(r for r in rows if r["barrier"] is b) for b in (True, False))
     assert with_barrier["wrong"] == 0
-    if not kernels.on_gpu():  # the simulator runs a thread to its barrier before the next: the race always shows
+    if not kernel_mode.on_gpu():  # the simulator runs a thread to its barrier before the next: the race always shows
         assert without["wrong"] > 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import mlp
+from gpulab.ch04_mlp_gemms import figures, mlp, sweeps, waves
 
 
 def fresh(*shape):
@@ -82,82 +82,82 @@ def test_step_count_matches_flop_counter(sizes, batch):
 
 def test_tile_and_wave_quantization():
     # NVIDIA's example: 12 tiles on 8 SMs run as a full wave and a half-empty one, 75% at best
-    model = mlp.tile_waves(3 * 128, 4 * 128, (128, 128), sms=8)
+    model = waves.tile_waves(3 * 128, 4 * 128, (128, 128), sms=8)
     assert (model.tiles, model.waves, model.wave_efficiency, model.tile_efficiency) == (12, 2, 0.75, 1.0)
-    assert mlp.tile_waves(129, 128, (128, 128), sms=8).tile_efficiency == pytest.approx(129 / 256)
-    clustered = mlp.tile_waves(4096, 1024, (256, 128, 2), sms=132)
+    assert waves.tile_waves(129, 128, (128, 128), sms=8).tile_efficiency == pytest.approx(129 / 256)
+    clustered = waves.tile_waves(4096, 1024, (256, 128, 2), sms=132)
     assert clustered.slots == 66 and clustered.tiles == 16 * 8 and clustered.waves == 2
-    assert mlp.wave_steps(64, 4096, 4096, vary="n", tile=(128, 128), sms=132) == [513, 1025, 1537, 2049, 2561,
+    assert waves.wave_steps(64, 4096, 4096, vary="n", tile=(128, 128), sms=132) == [513, 1025, 1537, 2049, 2561,
                                                                                  3073, 3585]
-    assert mlp.wave_steps(64, 4096, 4096, vary="m", tile=(128, 128), sms=132) == [513, 1025, 1537, 2049, 2561,
+    assert waves.wave_steps(64, 4096, 4096, vary="m", tile=(128, 128), sms=132) == [513, 1025, 1537, 2049, 2561,
                                                                                  3073, 3585]
-    assert mlp.tile_label((256, 128, 2)) == "256x128 per 2-SM cluster"
+    assert waves.tile_label((256, 128, 2)) == "256x128 per 2-SM cluster"
     with pytest.raises(ValueError, match="^tile:"):
-        mlp.tile_waves(128, 128, (128,))
+        waves.tile_waves(128, 128, (128,))
     with pytest.raises(ValueError, match="^tile:"):
-        mlp.tile_waves(128, 128, (128, 128, 16), sms=8)
+        waves.tile_waves(128, 128, (128, 128, 16), sms=8)
     with pytest.raises(ValueError, match="^vary:"):
-        mlp.wave_steps(1, 10, 10, vary="k")
+        waves.wave_steps(1, 10, 10, vary="k")
 
 
 def synthetic_rows(batches, tile, sms, outputs=4096):
     """Rows whose rate is exactly the tile/wave model: every predicted step is a drop."""
     return [{"batch": b, "M": outputs, "N": b, "dtype": "float16", "status": "ok",
-             "tflops": 500 * mlp.tile_waves(outputs, b, tile, sms).efficiency} for b in batches]
+             "tflops": 500 * waves.tile_waves(outputs, b, tile, sms).efficiency} for b in batches]
 
 
 def test_step_agreement_and_figures_on_model_data():
     rows = synthetic_rows(range(32, 4097, 32), (128, 128), 132)
-    [agreement] = mlp.step_agreement(rows, "batch", vary="n", tile=(128, 128), sms=132)
+    [agreement] = waves.step_agreement(rows, "batch", vary="n", tile=(128, 128), sms=132)
     assert agreement["predicted"] == agreement["seen"] == 7
-    fig = mlp.quantization_figure(rows, "batch", sms=132, vary="n", title="t", x_title="batch")
+    fig = figures.quantization_figure(rows, "batch", sms=132, vary="n", title="t", x_title="batch")
     buttons = fig.layout.updatemenus[0].buttons
-    assert len(buttons) == len(mlp.TILE_MODELS) and len(fig.layout.shapes) == 7
+    assert len(buttons) == len(waves.TILE_MODELS) and len(fig.layout.shapes) == 7
     assert sum(bool(v) for v in buttons[1].args[0]["visible"]) == 2  # the measurement and that model's prediction
     assert all(abs(p["tflops"] - r["tflops"]) < 1e-9 for p, r in zip(
-        mlp.predicted_rows(rows, "batch", tile=(128, 128), sms=132), rows, strict=True))
+        waves.predicted_rows(rows, "batch", tile=(128, 128), sms=132), rows, strict=True))
 
 
 def test_measure_linear_checks_and_times():
-    row = mlp.measure_linear(24, 40, 16, "float32")
+    row = sweeps.measure_linear(24, 40, 16, "float32")
     assert (row["M"], row["N"], row["K"]) == (16, 24, 40) and row["seconds"] > 0
     assert row["tflops"] == pytest.approx(2 * 24 * 40 * 16 / row["seconds"] / 1e12)
     assert row["relative_error"] < 1e-5
 
 
 def test_measure_linear_catches_a_wrong_result(monkeypatch):
-    real = mlp._forward_gemm
+    real = sweeps._forward_gemm
 
     def transposed_weights(X, W, Y):
         fn = real(X, W, Y)
         return lambda: fn().mul_(1.01)
 
-    monkeypatch.setattr(mlp, "_forward_gemm", transposed_weights)
+    monkeypatch.setattr(sweeps, "_forward_gemm", transposed_weights)
     with pytest.raises(AssertionError, match="relative error"):
-        mlp.measure_linear(16, 16, 16, "float32")
+        sweeps.measure_linear(16, 16, 16, "float32")
 
 
 def test_measure_linear_rejects_bad_arguments():
     with pytest.raises(ValueError, match="^dtype: tf32 is a tensor-core mode"):
-        mlp.measure_linear(8, 8, 8, "tf32", torch.device("cpu"))
+        sweeps.measure_linear(8, 8, 8, "tf32", torch.device("cpu"))
     with pytest.raises(ValueError, match="^dtype:"):
-        mlp.measure_linear(8, 8, 8, "float64")
+        sweeps.measure_linear(8, 8, 8, "float64")
     with pytest.raises(ValueError, match="^batch: needs"):
-        mlp.measure_linear(10**6, 10**6, 8)
+        sweeps.measure_linear(10**6, 10**6, 8)
     with pytest.raises(ValueError, match="^outputs:"):
-        mlp.measure_linear(8, 8, -1)
+        sweeps.measure_linear(8, 8, -1)
 
 
 def test_sweeps_and_their_figures():
-    batch_rows = mlp.fc_batch_sweep([8, 16], 16, 16, ["float32"])
+    batch_rows = sweeps.fc_batch_sweep([8, 16], 16, 16, ["float32"])
     assert [r["batch"] for r in batch_rows] == [8, 16] and all(r["status"] == "ok" for r in batch_rows)
-    feature_rows = mlp.fc_feature_sweep([8, 16], 8, 16, ["float32"])
+    feature_rows = sweeps.fc_feature_sweep([8, 16], 8, 16, ["float32"])
     assert [(r["vary"], r["features"]) for r in feature_rows] == [("outputs", 8), ("outputs", 16), ("inputs", 8),
                                                                  ("inputs", 16)]
     assert feature_rows[0]["outputs"] == 8 and feature_rows[2]["inputs"] == 8
-    alignment = mlp.alignment_sweep(16, [15, 17], ["float32"])
+    alignment = sweeps.alignment_sweep(16, [15, 17], ["float32"])
     assert len(alignment) == 9 and all(r["relative"] == 1.0 for r in alignment if r["size"] == 16)
     assert {r["multiple_of_8"] for r in alignment if r["size"] != 16} == {False}
-    assert len(mlp.alignment_figure(alignment, title="a").data) == 1
+    assert len(figures.alignment_figure(alignment, title="a").data) == 1
     training = mlp.train_digits([8], epochs=2)
-    assert len(mlp.loss_figure(training.rows, title="l").data) == 3
+    assert len(figures.loss_figure(training.rows, title="l").data) == 3

@@ -7,9 +7,12 @@ import math
 import pytest
 import torch
 
-from gpulab import plots, precision, rounding, widgets
-from gpulab.precision import COURSE_TABLE, FORMATS, matches_printed, round_to, stagnation_sum
-from gpulab.validation import DTYPES, dtype_name, supported_dtype
+from gpulab.ch02_number_formats import figures, formats, rounding
+from gpulab.ch02_number_formats.explorer import rounding_explorer
+from gpulab.ch02_number_formats.formats import COURSE_TABLE, matches_printed, stagnation_sum
+from gpulab.core import precision
+from gpulab.core.precision import FORMATS, round_to
+from gpulab.core.validation import DTYPES, dtype_name, supported_dtype
 
 STORAGE = [name for name, fmt in FORMATS.items() if fmt.dtype is not None]
 
@@ -150,14 +153,14 @@ def test_stagnation_sum_from_epsilon():
 
 
 def test_rounding_table():
-    rows = {r["format"]: r for r in precision.rounding_table(70000)}
+    rows = {r["format"]: r for r in formats.rounding_table(70000)}
     assert rows["float64"]["relative_error"] == 0 and rows["float16"]["note"] == "overflow"
     assert rows["bfloat16"]["stored"] == 70144 and rows["bfloat16"]["spacing"] == 512
-    tiny = {r["format"]: r for r in precision.rounding_table("1e-8")}
+    tiny = {r["format"]: r for r in formats.rounding_table("1e-8")}
     assert tiny["float16"]["stored"] == 0 and tiny["float16"]["note"] == "underflow to 0"
     assert tiny["bfloat16"]["relative_error"] < FORMATS["bfloat16"].unit_roundoff
     with pytest.raises(ValueError, match="^value:"):
-        precision.rounding_table("ten")
+        formats.rounding_table("ten")
 
 
 # ---- the experiments ------------------------------------------------------------------------------
@@ -256,7 +259,7 @@ def test_experiments_reject_bad_arguments():
 
 
 def test_bit_layout_figure_draws_every_bit():
-    fig = plots.bit_layout_figure(FORMATS.values())
+    fig = figures.bit_layout_figure(FORMATS.values())
     widths = {trace.name: dict(zip(trace.y, trace.x, strict=True)) for trace in fig.data}
     assert widths["exponent"]["float16"] == 5 and widths["fraction"]["bfloat16"] == 7
     assert widths["unused by tf32"] == {"tf32": 13}
@@ -265,7 +268,7 @@ def test_bit_layout_figure_draws_every_bit():
 
 
 def test_rounding_explorer_shows_every_format():
-    explorer = widgets.rounding_explorer("0.1")
+    explorer = rounding_explorer("0.1")
     number, output = explorer.children
     text = "".join(o["text"] for o in output.outputs)
     assert "0.0999755859375" in text  # 0.1 in float16 and tf32
@@ -273,7 +276,7 @@ def test_rounding_explorer_shows_every_format():
     number.value = "oops"
     (only,) = output.outputs  # the table is replaced by the complaint, not added to
     assert only["text"].startswith("Not a number: ") and "oops" in only["text"]
-    assert output.msg_id == ""  # set as state, never captured (see gpulab.widgets)
+    assert output.msg_id == ""  # set as state, never captured (see gpulab.core.widgets)
 
 
 @pytest.mark.parametrize(("dtype", "tf32"), [("tf32", True), ("float32", False), ("float16", False)])

@@ -1,6 +1,7 @@
 import pytest
 
-from gpulab import conv, printing
+from gpulab.ch05_convolutions_as_gemms import conv
+from gpulab.core import printing
 
 
 @pytest.mark.parametrize(("nbytes", "text"), [

@@ -1,4 +1,4 @@
-"""gpulab.profiling: the profiler runs the function the number of times asked, and sees what it ran."""
+"""gpulab.core.profiling: the profiler runs the function the number of times asked, and sees what it ran."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab import profiling
+from conftest import needs_gpu
+from gpulab.core import profiling
 
 CPU = torch.device("cpu")
 
@@ -36,7 +37,7 @@ def test_calls_must_be_positive():
         profiling.profile_calls(lambda: None, CPU, calls=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_a_gpu_profile_lists_the_kernels_with_their_durations():
     device = torch.device("cuda")
     a = torch.randn(512, 512, device=device)

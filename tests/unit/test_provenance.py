@@ -1,4 +1,4 @@
-"""Recordings go stale when, and only when, the code their experiment runs changes (gpulab.provenance).
+"""Recordings go stale when, and only when, the code their experiment runs changes (gpulab.core.provenance).
 
 Each case edits a copy of the package's source and fingerprints every declared experiment again: edits that
 change nothing an experiment runs stale nothing; an edit to code that runs stales exactly the experiments
@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from gpulab import provenance, results
-from gpulab.provenance import Source, experiment
+from gpulab.ch03_blas_levels import blas
+from gpulab.core import closure, provenance, rates, recordings
+from gpulab.core.closure import Source
+from gpulab.core.provenance import experiment
 
 
 @pytest.fixture(scope="module")
 def baseline():
-    source = provenance.package_source()
+    source = closure.package_source()
     return {name: provenance.fingerprint(d.module, d.name, source) for name, (d, _) in source.experiments().items()}
 
 
@@ -32,7 +34,7 @@ def baseline():
 def package(tmp_path):
     """A copy of the package's source, to edit."""
     copy = tmp_path / "gpulab"
-    shutil.copytree(provenance.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(closure.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
 
@@ -70,7 +72,7 @@ def running(baseline, part: str) -> set[str]:
 
 
 def test_fingerprints_are_the_recorded_ones_and_every_recording_is_fresh():
-    stale = results.stale_recordings()
+    stale = recordings.stale_recordings()
     assert not stale, "stale recordings, refresh with `make gpu-run`:\n" + "\n".join(map(str, stale))
 
 
@@ -128,13 +130,14 @@ def test_moving_a_function_to_another_module_keeps_every_fingerprint(package, ba
     text = path.read_text()
     moved = ast.get_source_segment(text, node)
     (package / "elsewhere.py").write_text(
-        f"import torch\n\nfrom gpulab.validation import torch_dtype\n\n\n{moved}\n")
+        f"import torch\n\nfrom gpulab.core.validation import torch_dtype\n\n\n{moved}\n")
     path.write_text(text.replace(moved, "") + "\n\nfrom gpulab.elsewhere import bytes_per_element  # noqa: E402\n")
     assert staled(package, baseline) == set()
 
 
 def test_code_a_worker_process_runs_is_declared_and_counted(baseline):
-    # the DDP experiments start `python -m gpulab.ddp`: the tasks run there only through the declared main()
+    # the DDP experiments start `python -m gpulab.ch16_distributed_training.ddp`: the tasks run there only
+    # through the declared main()
     for name in ("distributed_ddp_scaling", "distributed_nccl_allreduce"):
         assert {name for part in ("main", "_scaling_task", "_allreduce_task") for name in running(baseline, part)} >= {
             "distributed_ddp_scaling", "distributed_nccl_allreduce"}
@@ -153,13 +156,12 @@ def test_the_stale_report_names_what_changed(tmp_path, monkeypatch, package, bas
 
 
 def test_a_recording_needs_a_declared_experiment(tmp_path, monkeypatch):
-    from gpulab import blas
 
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
     with pytest.raises(ValueError, match=r"declares blas_levels, not 'tiny'"):
-        results.run("tiny", blas.levels_sweep, vector_sizes=[256], matrix_sizes=[16], dtypes=["float32"])
+        recordings.run("tiny", blas.levels_sweep, vector_sizes=[256], matrix_sizes=[16], dtypes=["float32"])
     with pytest.raises(ValueError, match="is not an experiment: decorate it with @experiment"):
-        results.run("copy", blas.measure_copy, n_bytes=1024)
+        recordings.run("copy", rates.measure_copy, n_bytes=1024)
     with pytest.raises(ValueError, match="^version: a positive int"):
         experiment("x", version=0)
 
@@ -167,8 +169,8 @@ def test_a_recording_needs_a_declared_experiment(tmp_path, monkeypatch):
 def test_fingerprints_are_the_same_on_every_python_the_book_runs_on(tmp_path):
     """CI runs Python 3.11, the GPU machines 3.12, Colab 3.13: a recording made on one is checked on another.
     The fingerprint reads the source with `ast`, whose dump differs between versions; ours must not."""
-    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from gpulab import provenance as p; s = p.Source();"
-              "print(json.dumps({n: p.fingerprint(d.module, d.name, s).hash"
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from gpulab.core import provenance as p;"
+              "s = p.Source(); print(json.dumps({n: p.fingerprint(d.module, d.name, s).hash"
               " for n, (d, _) in s.experiments().items()}))")
     others = [Path(f"/root/.pyenv/versions/{v}/bin/python") for v in ("3.12.1", "3.13.0")]
     others = [python for python in others if python.exists()]

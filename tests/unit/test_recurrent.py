@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import recurrent
+from gpulab.ch06_recurrent_and_attention import recurrent
 
 
 def _random_cell(inputs=3, hidden=5):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab import specs
+from gpulab.ch01_cpus_to_gpus.explorer import gpu_comparison
+from gpulab.core import specs
 
 # Published dense peaks (TFLOP/s; TOPS for int8), from the whitepapers and datasheets cited in the
 # table's `source` keys. Each derived peak must come within 1.5%.
@@ -105,9 +106,8 @@ def test_comparison_rows_and_ratios():
 
 
 def test_the_comparison_widget_redraws_for_the_chosen_gpus():
-    from gpulab import widgets
 
-    explorer = widgets.gpu_comparison("V100 SXM2 32GB", "A100 SXM4 40GB")
+    explorer = gpu_comparison("V100 SXM2 32GB", "A100 SXM4 40GB")
     (_first, second), output = explorer.children[0].children, explorer.children[1]
     assert "1.35x" in output.outputs[0]["text"]  # 108 SMs against 80
     second.value = "V100 SXM2 32GB"

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import kernels, mlp, tensor_cores
-from gpulab.correctness import check_close, random_tensor
+from conftest import needs_gpu
+from gpulab.ch04_mlp_gemms import mlp
+from gpulab.ch10_tensor_cores import figures, tensor_cores, wmma
+from gpulab.ch10_tensor_cores.explorer import matmul_format_explorer
+from gpulab.core import kernel_mode
+from gpulab.core.correctness import check_close, random_tensor
 from gpulab.kernels import cuda_c
-
-needs_gpu = pytest.mark.skipif(not kernels.on_gpu(), reason="needs a CUDA GPU")
 
 
 def test_peaks_follow_from_the_hardware_as_the_course_works_them_out():
@@ -52,7 +54,7 @@ def test_formats_side_by_side_on_this_device():
     assert measured["float32"]["relative_error"] < measured["float16"]["relative_error"] < \
         measured["bfloat16"]["relative_error"] < 0.05  # 10 fraction bits, then 7
     assert all(r["tflops"] > 0 for r in measured.values())
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         assert rows["tf32"]["status"].startswith("not available: tf32 is a tensor-core mode")
     if "float8_e4m3fn" in measured:  # 3 fraction bits: an error of a few percent
         assert measured["bfloat16"]["relative_error"] < measured["float8_e4m3fn"]["relative_error"] < 0.15
@@ -63,60 +65,60 @@ def test_a_format_is_named_when_it_is_unknown_or_missing():
         tensor_cores.measure_format(64, "float64")
     with pytest.raises(ValueError, match="^n:"):
         tensor_cores.measure_format(0, "float32")
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         with pytest.raises(ValueError, match="^fmt: tf32 is a tensor-core mode"):
             tensor_cores.measure_format(64, "tf32", torch.device("cpu"))
 
 
 def test_the_pipelined_variants_are_validated_and_every_variant_compiles():
-    default = tensor_cores.PIPELINED
+    default = wmma.PIPELINED
     assert (default.tile, default.threads, default.defines) == ((128, 128), 128, ())
     assert default.shared_bytes == 3 * (128 * 40 + 32 * 136) * 2  # rows padded by 8 halves
     assert default.grid(1000, 4097) == (33, 8)
-    wide = tensor_cores.pipelined(BN=256, STAGES=4)
+    wide = wmma.pipelined(BN=256, STAGES=4)
     assert (wide.tile, wide.threads, wide.label) == ((128, 256), 256, "WMMA, pipelined (BN=256, STAGES=4)")
-    for kernel in (*tensor_cores.KERNELS, wide):
-        found = tensor_cores.resources(kernel)
+    for kernel in (*wmma.KERNELS, wide):
+        found = wmma.resources(kernel)
         assert 0 < found["registers"] <= 255 and found["spill_bytes"] == 0 and found["blocks_per_sm"] >= 1
     too_big = {"BM": 256, "BN": 256, "WM": 128, "WN": 128, "BK": 128, "STAGES": 4}
     for bad, message in (({"BX": 8}, "has BM, BN"), ({"WM": 48}, "warp tiles"), ({"BK": 8}, "warp tiles"),
                          ({"STAGES": 1}, "STAGES >= 2"), (too_big, "shared memory")):
         with pytest.raises(ValueError, match=message):
-            tensor_cores.pipelined(**bad)
+            wmma.pipelined(**bad)
 
 
 def test_every_wmma_file_is_a_kernel_of_the_chapter():
     wmma_files = [p.stem for p in cuda_c.files() if "wmma" in p.stem]
-    assert wmma_files == [k.file for k in tensor_cores.KERNELS]
+    assert wmma_files == [k.file for k in wmma.KERNELS]
 
 
 def test_the_kernels_need_a_gpu_and_bad_operands_are_named():
     A = random_tensor((32, 32), torch.float16, torch.device("cpu"))
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         with pytest.raises(ValueError, match="needs a CUDA GPU"):
-            tensor_cores.wmma_gemm(tensor_cores.NAIVE, A, A)
+            wmma.wmma_gemm(wmma.NAIVE, A, A)
         with pytest.raises(ValueError, match="needs a CUDA GPU"):
-            tensor_cores.wmma_comparison(64)
+            wmma.wmma_comparison(64)
     with pytest.raises(ValueError, match="^A: a contiguous 2D float16 CUDA tensor"):
-        tensor_cores.prepared(tensor_cores.NAIVE, A, A, torch.empty(32, 32))
+        wmma.prepared(wmma.NAIVE, A, A, torch.empty(32, 32))
     with pytest.raises(ValueError, match="^n, check_size: multiples of 16"):
-        tensor_cores.wmma_comparison(100)
+        wmma.wmma_comparison(100)
 
 
 @needs_gpu
-@pytest.mark.parametrize("kernel", [*tensor_cores.KERNELS, tensor_cores.pipelined(BN=256, STAGES=4)],
+@pytest.mark.parametrize("kernel", [*wmma.KERNELS, wmma.pipelined(BN=256, STAGES=4)],
                          ids=lambda k: k.label)
 def test_every_wmma_kernel_matches_float64_on_ragged_sizes(kernel):
-    device = kernels.device()
+    device = kernel_mode.device()
     for m, n, k in ((16, 16, 16), (144, 400, 48), (1008, 1200, 784)):
-        assert tensor_cores.check(kernel, m, n, k, device) < 1e-4
+        assert wmma.check(kernel, m, n, k, device) < 1e-4
 
 
 @needs_gpu
 def test_operands_that_are_not_whole_fragments_are_refused():
-    A = random_tensor((40, 32), torch.float16, kernels.device())
+    A = random_tensor((40, 32), torch.float16, kernel_mode.device())
     with pytest.raises(ValueError, match="multiples of 16"):
-        tensor_cores.wmma_gemm(tensor_cores.PIPELINED, A, A[:32])
+        wmma.wmma_gemm(wmma.PIPELINED, A, A[:32])
 
 
 def test_the_tf32_switches_are_reported_and_restored():
@@ -127,7 +129,7 @@ def test_the_tf32_switches_are_reported_and_restored():
     assert rows["allow_tf32 = True"]["allow_tf32"] and not rows["allow_tf32 = False"]["allow_tf32"]
     assert rows['set_float32_matmul_precision("high")']["allow_tf32"]  # "high" is the same switch
     assert all(r["kernels"] and r["relative_error"] < 5e-3 for r in rows.values())
-    if kernels.on_gpu():  # TF32 rounds the inputs to 10 fraction bits: its error is far above float32's
+    if kernel_mode.on_gpu():  # TF32 rounds the inputs to 10 fraction bits: its error is far above float32's
         assert rows["allow_tf32 = True"]["relative_error"] > 10 * rows["allow_tf32 = False"]["relative_error"]
 
 
@@ -149,22 +151,21 @@ def test_a_layers_three_gemms_are_checked_and_timed():
 
 def test_figures_draw_from_rows():
     formats = tensor_cores.matmul_formats(32, ("float32", "float16"))
-    assert len(tensor_cores.formats_figure(formats, title="t").data) == 2
+    assert len(figures.formats_figure(formats, title="t").data) == 2
     rows = [{"name": "WMMA", "unit": "tensor cores", "tflops": 300.0, "fraction_of_cublas_fp16": 0.45},
             {"name": "cuBLAS float16", "unit": "tensor cores", "tflops": 660.0, "fraction_of_cublas_fp16": 1.0},
             {"name": "SGEMM", "unit": "CUDA cores", "tflops": 46.0, "fraction_of_cublas_fp16": 0.07}]
-    figure = tensor_cores.wmma_figure([*rows, {"name": "WMMA, pipelined", "unit": "tensor cores",
+    figure = figures.wmma_figure([*rows, {"name": "WMMA, pipelined", "unit": "tensor cores",
                                                "status": "not available: cp.async needs Ampere"}], title="t")
     assert [list(trace.y) for trace in figure.data] == [["WMMA", "cuBLAS float16"], ["SGEMM"]]
     sweep = tensor_cores.layer_gemms_sweep([{"batch": 8, "inputs": 16, "outputs": o} for o in (15, 16)], "float32")
-    figure = tensor_cores.layer_gemms_figure(sweep, "outputs", title="t", x_title="outputs")
+    figure = figures.layer_gemms_figure(sweep, "outputs", title="t", x_title="outputs")
     assert len(figure.data) == 4 and list(figure.data[0].x) == ["15", "16 (x8)"]
 
 
 def test_the_format_explorer_measures_and_names_what_it_cannot():
-    from gpulab import widgets
 
-    explorer = widgets.matmul_format_explorer([32, 64], ["float32", "tf32"])
+    explorer = matmul_format_explorer([32, 64], ["float32", "tf32"])
     controls, output = explorer.children
     format_menu, _size, button = controls.children
     button.click()
@@ -172,5 +173,5 @@ def test_the_format_explorer_measures_and_names_what_it_cannot():
     button.click()
     text = output.outputs[0]["text"]
     assert "float32" in text and "e-0" in text  # a measured row with its error
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         assert "Not measured: fmt: tf32 is a tensor-core mode" in text

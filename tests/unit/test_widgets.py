@@ -8,9 +8,19 @@ import math
 import plotly.io as pio
 import pytest
 
-from gpulab import batched, cudnn, distributed, fusion, plots, results, sparsity, specs, widgets
-from gpulab.printing import format_bytes
-from gpulab.sweep import ok_rows
+from gpulab.ch12_cudnn_convolution_algorithms import algorithms
+from gpulab.ch12_cudnn_convolution_algorithms.explorer import convolution_algorithms_explorer
+from gpulab.ch13_memory_bound_layers_and_fusion import fusion
+from gpulab.ch13_memory_bound_layers_and_fusion.explorer import fusion_explorer
+from gpulab.ch14_batched_linear_algebra import batched
+from gpulab.ch14_batched_linear_algebra.explorer import batched_gemm_explorer
+from gpulab.ch15_structured_sparsity import patterns
+from gpulab.ch15_structured_sparsity.explorer import sparsity_explorer
+from gpulab.ch16_distributed_training import distributed
+from gpulab.ch16_distributed_training.explorer import allreduce_explorer
+from gpulab.core import plots, recordings, specs
+from gpulab.core.printing import format_bytes
+from gpulab.core.sweep import ok_rows
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +31,7 @@ def kernel_renderer(monkeypatch):
 def shown(explorer):
     """What an explorer's output area (its last child) shows: its text, and the plotly figures it displays."""
     output = explorer.children[-1]
-    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.widgets)
+    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.core.widgets)
     text = "".join(o.get("text", "") for o in output.outputs)
     figures = [o["data"]["application/vnd.plotly.v1+json"] for o in output.outputs
                if o["output_type"] == "display_data"]
@@ -34,27 +44,28 @@ def axis_titles(figure: dict) -> tuple[str, str, str]:
 
 
 def test_convolution_explorer_counts_with_cudnn_and_shows_winograd_for_3x3_only():
-    explorer = widgets.convolution_algorithms_explorer(batch=2, channels=16, size=20, filter_size=3)
+    explorer = convolution_algorithms_explorer(batch=2, channels=16, size=20, filter_size=3)
     (r, n), (c, hw) = explorer.children[0].children, explorer.children[1].children
-    layer = cudnn.same_padding_layer(2, 16, 20, 16, 3)
+    layer = algorithms.same_padding_layer(2, 16, 20, 16, 3)
     outputs = layer.n * layer.k * layer.p * layer.q
     text, (figure,) = shown(explorer)
     bars = dict(zip(figure["data"][0]["x"], figure["data"][0]["y"], strict=True))
-    assert bars == pytest.approx({m: cudnn.multiplies(layer, m) / outputs for m in cudnn.COUNTED})
+    assert bars == pytest.approx({m: algorithms.multiplies(layer, m) / outputs for m in algorithms.COUNTED})
     assert bars["direct or GEMM"] == 16 * 3 * 3
-    assert f"GEMM {format_bytes(cudnn.workspace_bytes(layer, 'GEMM'))}" in text
+    assert f"GEMM {format_bytes(algorithms.workspace_bytes(layer, 'GEMM'))}" in text
     assert "Fewest multiplies: Winograd F(2x2), 2.25x fewer than direct" in text
     assert all(axis_titles(figure))
     r.value = 11
     text, (figure,) = shown(explorer)
-    layer = cudnn.same_padding_layer(2, 16, 20, 16, 11)
+    layer = algorithms.same_padding_layer(2, 16, 20, 16, 11)
     assert "Winograd F(2x2)" not in figure["data"][0]["x"] and "3 x 3 filters only" in text
-    fewest = min((m for m in cudnn.COUNTED if m != "Winograd F(2x2)"), key=lambda m: cudnn.multiplies(layer, m))
+    fewest = min((m for m in algorithms.COUNTED if m != "Winograd F(2x2)"),
+                 key=lambda m: algorithms.multiplies(layer, m))
     assert f"Fewest multiplies: {fewest}," in text
     n.value = 1
     text, (figure,) = shown(explorer)
-    layer = cudnn.same_padding_layer(1, 16, 20, 16, 11)
-    assert figure["data"][0]["y"][-1] == pytest.approx(cudnn.multiplies(layer, "FFT tiled") / (16 * 20 * 20))
+    layer = algorithms.same_padding_layer(1, 16, 20, 16, 11)
+    assert figure["data"][0]["y"][-1] == pytest.approx(algorithms.multiplies(layer, "FFT tiled") / (16 * 20 * 20))
     hw.value, c.value = 0, 10**6  # clamped by the controls
     assert (hw.value, c.value) == (1, c.max)
     r.value = 15  # a 15 x 15 filter on a 1 x 1 image: still a layer ("same" padding)
@@ -63,9 +74,9 @@ def test_convolution_explorer_counts_with_cudnn_and_shows_winograd_for_3x3_only(
 
 
 def test_fusion_explorer_predicts_at_the_recorded_copy_bandwidth():
-    recording = results.load("fusion_compile")
+    recording = recordings.load("fusion_compile")
     copy = next(r for r in recording.rows if r["chain"] == "copy")["gbytes_per_s"] * 1e9
-    explorer = widgets.fusion_explorer(elements=2**20)
+    explorer = fusion_explorer(elements=2**20)
     (chain, dtype), (size,) = explorer.children[0].children, explorer.children[1].children
     chain.value, size.value = "add_layer_norm", 2**24
     text, (figure,) = shown(explorer)
@@ -87,15 +98,15 @@ def test_fusion_explorer_predicts_at_the_recorded_copy_bandwidth():
 
 
 def test_fusion_explorer_without_a_recording_says_whose_bandwidth_it_uses(monkeypatch):
-    monkeypatch.setattr(results, "load", lambda *args, **kwargs: None)
-    text, (figure,) = shown(widgets.fusion_explorer())
+    monkeypatch.setattr(recordings, "load", lambda *args, **kwargs: None)
+    text, (figure,) = shown(fusion_explorer())
     assert "datasheet" in text and "no measured times" in text
     assert f"{specs.gpu('H200 SXM 141GB').bandwidth_gb_s:,.0f} GB/s" in text
 
 
 def test_batched_explorer_picks_the_nearest_recorded_point_and_models_the_loop():
-    rows = ok_rows(results.load("batched_gemm").rows)
-    explorer = widgets.batched_gemm_explorer(n=100, batch=7)  # nearest: n = 128, a batch of 50
+    rows = ok_rows(recordings.load("batched_gemm").rows)
+    explorer = batched_gemm_explorer(n=100, batch=7)  # nearest: n = 128, a batch of 50
     order, count, dtype = explorer.children[0].children
     text, (figure,) = shown(explorer)
     at = {(r["method"], r["n"]): r for r in rows if r["dtype"] == "float32" and r["batch"] == 50}
@@ -114,22 +125,22 @@ def test_batched_explorer_picks_the_nearest_recorded_point_and_models_the_loop()
 
 
 def test_batched_explorer_without_a_recording_says_so(monkeypatch):
-    monkeypatch.setattr(results, "load", lambda *args, **kwargs: None)
-    text, figures = shown(widgets.batched_gemm_explorer())
+    monkeypatch.setattr(recordings, "load", lambda *args, **kwargs: None)
+    text, figures = shown(batched_gemm_explorer())
     assert text.startswith("No recording of batched_gemm") and figures == []
 
 
 def test_sparsity_explorer_uses_compressed_size_and_refuses_a_partial_group():
-    explorer = widgets.sparsity_explorer(n=4096, value_bits=16)
+    explorer = sparsity_explorer(n=4096, value_bits=16)
     bits, pattern, order = explorer.children[0].children
     text, (figure,) = shown(explorer)
     assert "16.0 MiB of values + 2.0 MiB of metadata" in text and "= 56.25% of dense" in text
-    speedups = [r for r in results.load("sparsity_linear_speedup").rows if r.get("n") == 4096 and "speedup" in r]
+    speedups = [r for r in recordings.load("sparsity_linear_speedup").rows if r.get("n") == 4096 and "speedup" in r]
     assert f"best speed-up {max(r['speedup'] for r in speedups):.2f}x" in text
     assert all(axis_titles(figure))
     bits.value, pattern.value = 32, "1:2"
     text, (figure,) = shown(explorer)
-    size = sparsity.compressed_size(32, 1, 2)
+    size = patterns.compressed_size(32, 1, 2)
     assert f"= {size.fraction_of_dense:.2%} of dense" in text and "take 32-bit data as 1:2" in text
     assert "only 16-bit 2:4 products were recorded" in text
     assert figure["data"][1]["y"][1] == pytest.approx(4096**2 // 2 * size.metadata_bits / 8 / 2**20)
@@ -139,7 +150,7 @@ def test_sparsity_explorer_uses_compressed_size_and_refuses_a_partial_group():
 
 
 def test_allreduce_explorer_times_with_the_model_and_marks_the_size():
-    explorer = widgets.allreduce_explorer(workers=4, nbytes=2**20, latency_us=10, bandwidth_gbs=50)
+    explorer = allreduce_explorer(workers=4, nbytes=2**20, latency_us=10, bandwidth_gbs=50)
     (p, size), (latency, bandwidth) = explorer.children[0].children, explorer.children[1].children
     p.value = 6
     text, (figure,) = shown(explorer)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from IPython.display import Code, display
 
-from gpulab import env, kernels, timing
+from gpulab.core import env, kernel_mode, timing
 
 FOLDER = Path(__file__).parent
 OPTIONS = ("-std=c++17",)
@@ -84,7 +84,7 @@ def show(name: str) -> None:
 
 def device_arch() -> str:
     """``sm_XY`` of the GPU present, or :data:`DEFAULT_ARCH` without one."""
-    if kernels.on_gpu():
+    if kernel_mode.on_gpu():
         major, minor = torch.cuda.get_device_capability()
         return f"sm_{major}{minor}"
     return DEFAULT_ARCH
@@ -94,7 +94,7 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError as error:
-        raise kernels.MissingPackage(
+        raise kernel_mode.MissingPackage(
             "compiling CUDA C without CuPy needs NVRTC's Python bindings: "
             "pip install cuda-bindings nvidia-cuda-nvrtc") from error
     return nvrtc
@@ -180,7 +180,7 @@ def _compiled(file: Path, text: str, arch: str, defines: Defines = ()) -> Compil
         nvrtc.nvrtcDestroyProgram(program)
     resources = parse_resources(log_text)
     missing = [k for k in entry_points(text) if k not in resources]
-    if missing and kernels.on_gpu() and arch == device_arch():
+    if missing and kernel_mode.on_gpu() and arch == device_arch():
         # NVRTC 13.0 was seen to leave the assembler's report out of the log inside a notebook on a
         # GPU; the compiled kernel's own attributes, from the driver, say the same things.
         for kernel in missing:
@@ -203,7 +203,7 @@ def _cupy():
     try:
         import cupy
     except ImportError as error:
-        raise kernels.MissingPackage(
+        raise kernel_mode.MissingPackage(
             "launching CUDA C needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x for CUDA 13)") from error
     return cupy
 
@@ -215,7 +215,7 @@ def _module(name: str, defines: Defines = ()):
 
 def function(name: str, kernel: str, defines: Mapping[str, int] | None = None):
     """The CuPy kernel ``kernel`` of file ``name``, compiled for this GPU once per ``defines``, then reused."""
-    if not kernels.on_gpu():
+    if not kernel_mode.on_gpu():
         raise ValueError(
             f"{name}: CUDA C kernels launch only on a GPU, and this run uses numba's simulator; "
             "compile_report() checks that they compile")
@@ -282,7 +282,7 @@ def launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tup
 
 def time_launch(name: str, kernel: str, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args,
                 shared_bytes: int = 0, defines: Mapping[str, int] | None = None) -> timing.Timing:
-    """Time repeated launches with :func:`gpulab.timing.measure` (CUDA events; L2 not flushed: the kernels
+    """Time repeated launches with :func:`gpulab.core.timing.measure` (CUDA events; L2 not flushed: the kernels
     of the book that are timed this way stream far more data than L2 holds, or compute from registers)."""
     run = prepared(name, kernel, grid, block, *args, shared_bytes=shared_bytes, defines=defines)
     return timing.measure(run, device=env.device(), flush_l2=False)

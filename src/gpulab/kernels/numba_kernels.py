@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab import kernels
+from gpulab.core import kernel_mode
 
-cuda = kernels.numba_cuda()
+cuda = kernel_mode.numba_cuda()
 
 RADIUS = 3  # the stencil's, as in 10_stencil_1d.cu
 BLOCK_SIZE = 256

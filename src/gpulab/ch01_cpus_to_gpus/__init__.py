@@ -1,0 +1,3 @@
+"""Chapter 01, "From CPUs to GPUs" (``notebooks/01_cpus_to_gpus.ipynb``): peak rates against measured ones, the
+memory hierarchy's copy bandwidths, host transfers.
+"""

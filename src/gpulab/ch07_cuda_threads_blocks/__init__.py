@@ -1,0 +1,3 @@
+"""Chapter 07, "CUDA threads, blocks and grids" (``notebooks/07_cuda_threads_blocks.ipynb``): first kernels,
+divergence, launch configuration, SAXPY against the copy.
+"""

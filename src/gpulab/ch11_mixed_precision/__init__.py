@@ -1,0 +1,3 @@
+"""Chapter 11, "Automatic mixed precision" (``notebooks/11_mixed_precision.ipynb``): autocast, loss scaling,
+training in each precision.
+"""

@@ -1,0 +1,184 @@
+"""plotly figures in one style, and a renderer that draws them in JupyterLab, Colab and the static book.
+
+In a plain Jupyter kernel plotly emits only ``application/vnd.plotly.v1+json``. JupyterLab draws
+that, but MyST-NB (the book's notebook renderer) drops it, so the book would show nothing. Importing
+this module registers a renderer, ``gpulab``, that emits that mime type *and* a ``text/html`` div
+which calls the page's global ``Plotly``; the book loads plotly.js once per page from its own
+``_static/`` (see ``book/_ext/page_scripts.py``). On Colab, VS Code and other hosts that plotly
+recognises, plotly's own renderer is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.io._base_renderers import PlotlyRenderer
+
+from gpulab.core.roofline import Roofline
+from gpulab.core.sweep import OUT_OF_MEMORY, ok_rows
+
+PALETTE = ["#1f6fb4", "#e4572e", "#29a35a", "#8e44ad", "#f0a202", "#17becf", "#7f7f7f"]
+# Marker symbols and bar fill patterns, in the palette's order: series stay apart in grayscale too.
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross"]
+PATTERNS = ["", "/", ".", "x", "\\", "+", "-"]
+TEMPLATE = "gpulab"
+
+
+class BookRenderer(PlotlyRenderer):
+    """plotly's JupyterLab mime bundle plus an HTML fallback that uses the page's global Plotly."""
+
+    def to_mimebundle(self, fig_dict):
+        bundle = super().to_mimebundle(fig_dict)
+        bundle["text/html"] = pio.to_html(
+            fig_dict, include_plotlyjs=False, full_html=False, config=self.config, validate=False,
+        )
+        return bundle
+
+
+def _register() -> None:
+    pio.templates[TEMPLATE] = go.layout.Template(
+        layout=go.Layout(
+            template=pio.templates["simple_white"],
+            colorway=PALETTE,
+            font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
+            margin=dict(l=70, r=30, t=60, b=60),
+            height=440,
+            hovermode="closest",
+            xaxis=dict(showgrid=True, gridcolor="#eeeeee", automargin=True),  # room for long or slanted labels
+            yaxis=dict(showgrid=True, gridcolor="#eeeeee"),
+            legend=dict(bgcolor="rgba(255,255,255,0.7)"),
+        )
+    )
+    pio.templates.default = TEMPLATE
+    pio.renderers[TEMPLATE] = BookRenderer(config={"responsive": True, "displaylogo": False})
+    if pio.renderers.default in ("", "plotly_mimetype", "plotly_mimetype+notebook", "notebook"):
+        pio.renderers.default = TEMPLATE
+
+
+_register()
+
+
+def hover_text(row: dict, keys: Sequence[str]) -> str:
+    return "<br>".join(f"{k} = {row[k]:.4g}" if isinstance(row[k], float) else f"{k} = {row[k]}"
+                       for k in keys if k in row)
+
+
+def sweep_figure(
+    rows: Iterable[dict], x: str, y: str, *, color: str | None = None, title: str,
+    x_title: str, y_title: str, log_x: bool = False, log_y: bool = False, name: str = "",
+    hover: Sequence[str] = (), colors: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """One line per value of ``color`` (or one line), y against x; out-of-memory rows are marked on the x axis.
+
+    ``colors`` can fix a line's colour by its ``color`` value, e.g. to draw a prediction in its measurement's colour.
+    """
+    rows = list(rows)
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title)
+    fig.update_xaxes(type="log" if log_x else "linear")  # before the lines: their out-of-memory marks need it
+    fig.update_yaxes(type="log" if log_y else "linear")
+    return add_sweep(fig, rows, x, y, color=color, name=name, hover=hover, colors=colors)
+
+
+def add_sweep(fig: go.Figure, rows: list[dict], x: str, y: str, *, color: str | None = None,
+              name: str = "", hover: Sequence[str] = (), dash: str | None = None,
+              colors: Mapping[str, str] | None = None) -> go.Figure:
+    """Add the lines of a sweep to ``fig`` (see :func:`sweep_figure`)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(str(row[color]) if color else name, []).append(row)
+    for label, group in groups.items():
+        good = ok_rows(group)
+        trace_name = f"{name} {label}".strip() if color else name
+        fig.add_trace(go.Scatter(
+            x=[r[x] for r in good], y=[r[y] for r in good], mode="lines+markers", name=trace_name,
+            line=dict(dash=dash, color=(colors or {}).get(label)), hovertext=[hover_text(r, hover) for r in good],
+            hoverinfo="text+name",
+        ))
+        for r in group:
+            if r.get("status") == OUT_OF_MEMORY:  # annotations take log10 of x on a log axis
+                position = math.log10(r[x]) if fig.layout.xaxis.type == "log" else r[x]
+                fig.add_annotation(x=position, y=0, yref="paper", text=f"out of memory at {r[x]:,}",
+                                   showarrow=True, arrowhead=2, ay=-40)
+    return fig
+
+
+def roofline_figure(roofline: Roofline, points: Iterable[dict] = (), *, dtypes: Sequence[str] | None = None,
+                    title: str | None = None) -> go.Figure:
+    """The roofline of ``roofline`` for ``dtypes`` (default: all measured), with measured ``points`` on it.
+
+    Each point row needs 'intensity' (FLOP/byte) and 'gflops'; 'op', 'n' and 'dtype' label it.
+    """
+    fig = go.Figure()
+    for i, dtype in enumerate(dtypes or list(roofline.peaks)):
+        _add_roofs(fig, roofline, dtype, PALETTE[i % len(PALETTE)])
+    for row in points:
+        _add_point(fig, row)
+    fig.update_layout(
+        title=title or f"Roofline of {roofline.device_name}",
+        xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+        yaxis=dict(type="log", title="rate (GFLOP/s)"),
+    )
+    return fig
+
+
+def _add_roofs(fig: go.Figure, roofline: Roofline, dtype: str, colour: str, visible: bool = True) -> None:
+    ridge, peak = roofline.ridge(dtype), roofline.peak(dtype) / 1e9
+    xs = [min(0.01, ridge / 100), ridge, max(1e4, ridge * 100)]
+    fig.add_trace(go.Scatter(
+        x=xs, y=[roofline.bandwidth * xs[0] / 1e9, peak, peak], mode="lines", name=f"roof {dtype}",
+        line=dict(color=colour, width=2), visible=visible,
+        hovertemplate=(f"{dtype}: peak {peak:,.0f} GFLOP/s, bandwidth {roofline.bandwidth / 1e9:,.0f} GB/s, "
+                       f"ridge at {ridge:.1f} FLOP/byte<extra></extra>"),
+    ))
+
+
+def _add_point(fig: go.Figure, row: dict, visible: bool = True) -> None:
+    fig.add_trace(go.Scatter(
+        x=[row["intensity"]], y=[row["gflops"]], mode="markers+text", visible=visible,
+        name=f"{row.get('op', '')} n={row.get('n', '')} {row.get('dtype', '')}".strip(),
+        text=[row.get("op", "")], textposition="top center", marker=dict(size=11, line=dict(width=1)),
+        hovertext=hover_text(row, ("op", "n", "dtype", "intensity", "gflops", "seconds")), hoverinfo="text",
+    ))
+
+
+def short_number(value: float) -> str:
+    """A bar's label: three significant digits, without an exponent up to the millions ('1,060', '3.14')."""
+    return f"{value:,.0f}" if 1000 <= abs(value) < 1e7 else f"{value:,.3g}"
+
+
+def bars_figure(rows: Sequence[dict], category: str, series: dict[str, str], *, title: str, y_title: str,
+                x_title: str | None = None, log_y: bool = False, hover: Sequence[str] = ()) -> go.Figure:
+    """Grouped bars: one group per row (labelled by ``row[category]``), one bar per ``series`` {legend: key}.
+
+    The x axis is titled ``x_title``, by default ``category``: what the groups are. A row without a
+    value for a key gets no bar in that series.
+    """
+    fig = go.Figure()
+    for i, (label, key) in enumerate(series.items()):
+        present = [r for r in rows if r.get(key) is not None]
+        fig.add_trace(go.Bar(
+            x=[r[category] for r in present], y=[r[key] for r in present], name=label,
+            marker_color=PALETTE[i % len(PALETTE)], hovertext=[hover_text(r, hover) for r in present],
+            text=[short_number(r[key]) for r in present], textposition="outside",
+        ))
+    fig.update_layout(title=title, xaxis_title=category if x_title is None else x_title, yaxis_title=y_title,
+                      barmode="group")
+    fig.update_yaxes(type="log" if log_y else "linear")
+    return fig
+
+
+def vertical_marker(fig: go.Figure, x: float, text: str) -> go.Figure:
+    """A dotted vertical line at ``x`` with ``text`` beside its top.
+
+    (plotly's own ``add_vline(annotation_text=...)`` misplaces the text on a logarithmic x axis,
+    where annotations take log10 of the position.)
+    """
+    fig.add_vline(x=x, line_dash="dot", line_color="#444444")
+    position = math.log10(x) if fig.layout.xaxis.type == "log" else x
+    fig.add_annotation(x=position, y=1.0, yref="paper", text=text, showarrow=False, xanchor="left",
+                       yanchor="top", xshift=4, bgcolor="rgba(255,255,255,0.8)")
+    return fig
