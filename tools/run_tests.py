@@ -1,7 +1,7 @@
 """`make test`: every check, stage by stage, with each stage's time; exits non-zero if any stage fails.
 
-Stages: lint (ruff), unit (library and repository rules), notebooks (papermill, SMOKE=True, in
-parallel), colab (the same notebooks in ``.venv-colab``, which has Google Colab's versions of
+Stages: lint (ruff), unit (the library, the repository's rules, its layers and its references), notebooks
+(papermill, SMOKE=True, in parallel), colab (the same notebooks in ``.venv-colab``, which has Google Colab's versions of
 ipywidgets, plotly, IPython and ipykernel: requirements-colab.txt), book (the full build, -n -W
 --keep-going), pages (the built HTML, and Chromium offline).
 """
@@ -24,7 +24,7 @@ COLAB_ENV = {"PATH": f"{COLAB_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "GP
 
 STAGES = [
     ("lint", [str(BIN / "ruff"), "check", "src", "tests", "tools", "book/_ext", "notebooks", "labs"]),
-    ("unit", [*PYTEST, "tests/unit", "tests/test_repository.py"]),
+    ("unit", [*PYTEST, "tests/unit", "tests/test_repository.py", "tests/test_layers.py", "tests/test_references.py"]),
     ("notebooks", [*PYTEST, "-n", "2", "tests/test_notebooks.py"]),
     ("colab", [str(COLAB_BIN / "python"), *PYTEST[1:], "-n", "2", "tests/test_notebooks.py"]),
     ("book", [str(BIN / "jupyter-book"), "build", ".", "--path-output", ".", "-n", "-W", "--keep-going"]),
