@@ -41,7 +41,7 @@ $(WIDGETS)/embed.js: Makefile $(READY)
 
 ## book: run every notebook and build the HTML into _build/html
 book: $(READY) $(WIDGETS)/embed.js
-	$(VENV)/bin/jupyter-book build . --path-output . $(BUILD_FLAGS)
+	GPULAB_BOOK_BUILD=1 $(VENV)/bin/jupyter-book build . --path-output . $(BUILD_FLAGS)
 
 ## test: every check CI runs, with each stage's time (the colab stage runs the notebooks in .venv-colab)
 test: $(READY) $(COLAB_READY) $(WIDGETS)/embed.js

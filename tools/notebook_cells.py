@@ -40,7 +40,7 @@ if colab_output is not None:
 
 from gpulab.core.banner import banner
 
-print(banner())'''
+banner()'''
 
 
 def repository_url() -> str:

@@ -21,6 +21,8 @@ PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 COLAB_BIN = ROOT / ".venv-colab" / "bin"
 # The colab stage's kernels must start from .venv-colab too: its python comes first on the PATH.
 COLAB_ENV = {"PATH": f"{COLAB_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "GPULAB_COLAB_VERSIONS": "1"}
+# The book's build labels a live run on its CPU as the machine that built the book (gpulab.core.recordings).
+STAGE_ENV = {"colab": {**os.environ, **COLAB_ENV}, "book": {**os.environ, "GPULAB_BOOK_BUILD": "1"}}
 
 STAGES = [
     ("lint", [str(BIN / "ruff"), "check", "src", "tests", "tools", "book/_ext", "notebooks", "labs"]),
@@ -43,7 +45,7 @@ def main() -> int:
             continue
         print(f"\n=== {name}: {' '.join([Path(command[0]).name, *command[1:]])}", flush=True)
         start = time.perf_counter()
-        code = subprocess.run(command, env={**os.environ, **COLAB_ENV} if name == "colab" else None).returncode
+        code = subprocess.run(command, env=STAGE_ENV.get(name)).returncode
         elapsed = time.perf_counter() - start
         status = "ok" if code == 0 else f"FAILED (exit {code})"
         if code:

@@ -82,7 +82,7 @@ def test_figures_docstrings_comments_and_unrun_helpers_stale_nothing(package, ba
     edit(package, "measure", "    device = device or env.device()\n",
          "    # where the work runs\n    device = (\n        device or env.device()\n    )\n")  # comment, layout
     edit(package, "fit_partial", "def fit_partial(", "def fit_partial(unused_argument=None, *, ")  # runs nowhere
-    edit(package, "_nearest", "def _nearest(", "def _nearest(ignored=0, *, ")
+    edit(package, "nearest", "def nearest(", "def nearest(ignored=0, *, ")
     assert staled(package, baseline) == set()
 
 

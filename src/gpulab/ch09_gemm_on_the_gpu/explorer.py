@@ -8,7 +8,7 @@ import ipywidgets as w
 
 from gpulab.ch04_mlp_gemms import waves
 from gpulab.ch09_gemm_on_the_gpu import figures
-from gpulab.core.widgets import _live, render
+from gpulab.core.widgets import assemble, render
 
 
 def quantization_explorer(m: int = 1536, n: int = 1024, sms: Sequence[int] = (8, 80, 108, 132)) -> w.Widget:
@@ -32,4 +32,4 @@ def quantization_explorer(m: int = 1536, n: int = 1024, sms: Sequence[int] = (8,
         figure = figures.waves_figure(rows.value, cols.value, tile.value, count.value) if model.tiles <= 4096 else None
         render(output, text + ("" if figure else "(too many tiles to draw)\n"), figure)
 
-    return _live([[rows, cols], [tile, count]], output, update)
+    return assemble([[rows, cols], [tile, count]], output, update)

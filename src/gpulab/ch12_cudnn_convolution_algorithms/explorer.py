@@ -7,7 +7,7 @@ import ipywidgets as w
 from gpulab.ch12_cudnn_convolution_algorithms import algorithms
 from gpulab.core import plots
 from gpulab.core.printing import format_bytes
-from gpulab.core.widgets import WIDE, _live, render
+from gpulab.core.widgets import WIDE, assemble, render
 
 
 def convolution_algorithms_explorer(batch: int = 1, channels: int = 128, size: int = 128,
@@ -51,4 +51,4 @@ def convolution_algorithms_explorer(batch: int = 1, channels: int = 128, size: i
                                    y_title="real multiplies per output element (log)", x_title="algorithm family")
         render(output, "\n".join(lines) + "\n", figure)
 
-    return _live([[r, n], [c, hw]], output, update)
+    return assemble([[r, n], [c, hw]], output, update)

@@ -7,7 +7,7 @@ import ipywidgets as w
 from gpulab.ch13_memory_bound_layers_and_fusion import fusion
 from gpulab.core import plots, recordings, specs
 from gpulab.core.printing import format_bytes
-from gpulab.core.widgets import WIDE, _live, _nearest, render
+from gpulab.core.widgets import WIDE, assemble, nearest, render
 
 
 def fusion_explorer(elements: int = 2**26) -> w.Widget:
@@ -25,7 +25,7 @@ def fusion_explorer(elements: int = 2**26) -> w.Widget:
     sizes = [2**k for k in range(10, 31)]
     chain = w.Dropdown(options=[(c.label, name) for name, c in fusion.CHAINS.items()], description="chain")
     size = w.SelectionSlider(options=[(f"2^{n.bit_length() - 1} = {n:,}", n) for n in sizes],
-                             value=_nearest(sizes, elements), description="elements per tensor", style=WIDE)
+                             value=nearest(sizes, elements), description="elements per tensor", style=WIDE)
     dtype = w.Dropdown(options=["float32", "bfloat16"], description="format")
     output = w.Output()
 
@@ -61,4 +61,4 @@ def fusion_explorer(elements: int = 2**26) -> w.Widget:
         plots.vertical_marker(figure, size.value, "chosen size")
         render(output, "\n".join(lines) + "\n", figure)
 
-    return _live([[chain, dtype], [size]], output, update)
+    return assemble([[chain, dtype], [size]], output, update)

@@ -7,7 +7,7 @@ import ipywidgets as w
 from gpulab.ch14_batched_linear_algebra import batched
 from gpulab.core import plots, recordings
 from gpulab.core.sweep import ok_rows
-from gpulab.core.widgets import WIDE, _live, _nearest, render
+from gpulab.core.widgets import WIDE, assemble, nearest, render
 
 
 def batched_gemm_explorer(n: int = 64, batch: int = 1000) -> w.Widget:
@@ -28,8 +28,8 @@ def batched_gemm_explorer(n: int = 64, batch: int = 1000) -> w.Widget:
         if not chosen:
             render(output, f"No recording of batched_gemm in {dtype.value} here: nothing to show.\n")
             return
-        near_n = _nearest(sorted({r["n"] for r in chosen}), order.value)
-        near_b = _nearest(sorted({r["batch"] for r in chosen}), count.value)
+        near_n = nearest(sorted({r["n"] for r in chosen}), order.value)
+        near_b = nearest(sorted({r["batch"] for r in chosen}), count.value)
         at = {(r["method"], r["n"]): r for r in chosen if r["batch"] == near_b}
         smallest = min(n for method, n in at if method == "loop")
         launch = at["loop", smallest]["seconds"] / near_b  # seconds per product where the arithmetic is negligible
@@ -54,4 +54,4 @@ def batched_gemm_explorer(n: int = 64, batch: int = 1000) -> w.Widget:
         plots.vertical_marker(figure, near_n, f"n = {near_n}")
         render(output, "\n".join(lines) + "\n", figure)
 
-    return _live([[order, count, dtype]], output, update)
+    return assemble([[order, count, dtype]], output, update)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from gpulab.ch15_structured_sparsity import patterns
 from gpulab.core import recordings
 from gpulab.core.printing import format_bytes
-from gpulab.core.widgets import WIDE, _live, _nearest, render
+from gpulab.core.widgets import WIDE, assemble, nearest, render
 
 
 def sparsity_explorer(n: int = 4096, value_bits: int = 16) -> w.Widget:
@@ -46,7 +46,7 @@ def sparsity_explorer(n: int = 4096, value_bits: int = 16) -> w.Widget:
                  f"the sparse tensor cores take {bits.value}-bit data as {hardware[bits.value]}"
                  + ("" if pattern.value == hardware[bits.value] else f": {pattern.value} is storage arithmetic only")]
         if bits.value == 16 and pattern.value == "2:4" and speedups:
-            near = _nearest(sorted({r["n"] for r in speedups}), order.value)
+            near = nearest(sorted({r["n"] for r in speedups}), order.value)
             at = [r for r in speedups if r["n"] == near]
             best, worst = max(at, key=lambda r: r["speedup"]), min(at, key=lambda r: r["speedup"])
             lines.append(f"recorded ({recording.label}), F.linear with a {near:,} x {near:,} weight: best speed-up "
@@ -61,4 +61,4 @@ def sparsity_explorer(n: int = 4096, value_bits: int = 16) -> w.Widget:
                              f"{bits.value}-bit values", xaxis_title="storage", yaxis_title="MiB")
         render(output, "\n".join(lines) + "\n", figure)
 
-    return _live([[bits, pattern, order]], output, update)
+    return assemble([[bits, pattern, order]], output, update)

@@ -7,7 +7,7 @@ import ipywidgets as w
 from gpulab.ch16_distributed_training import distributed, figures
 from gpulab.core import plots
 from gpulab.core.printing import format_bytes
-from gpulab.core.widgets import WIDE, _live, _nearest, render
+from gpulab.core.widgets import WIDE, assemble, nearest, render
 
 
 def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float = 5.0,
@@ -20,7 +20,7 @@ def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float 
 
     sizes = [2**k for k in range(3, 33)]
     p = w.IntSlider(value=workers, min=2, max=64, description="workers p", style=WIDE)
-    size = w.SelectionSlider(options=[(format_bytes(s), s) for s in sizes], value=_nearest(sizes, nbytes),
+    size = w.SelectionSlider(options=[(format_bytes(s), s) for s in sizes], value=nearest(sizes, nbytes),
                              description="message", style=WIDE)
     latency = w.FloatLogSlider(value=latency_us, base=10, min=-1, max=3, step=0.1, description="latency (µs)",
                                style=WIDE)
@@ -47,4 +47,4 @@ def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float 
         plots.vertical_marker(figure, size.value, format_bytes(size.value))
         render(output, "\n".join(lines) + "\n", figure)
 
-    return _live([[p, size], [latency, bandwidth]], output, update)
+    return assemble([[p, size], [latency, bandwidth]], output, update)

@@ -11,12 +11,13 @@ recognises, plotly's own renderer is kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
 
+from gpulab.core.printing import format_bytes
 from gpulab.core.roofline import Roofline
 from gpulab.core.sweep import OUT_OF_MEMORY, ok_rows
 
@@ -61,9 +62,79 @@ def _register() -> None:
 _register()
 
 
+# What a row's common fields mean, for hover text: (label, unit). Times, byte counts and shares are formatted by
+# their kind (see :func:`field_text`); a field not listed here is shown by its name, underscores as spaces.
+FIELDS = {
+    "gflops": ("rate", "GFLOP/s"), "tflops": ("rate", "TFLOP/s"), "gbytes_per_s": ("bandwidth", "GB/s"),
+    "useful_gbytes_per_s": ("useful bandwidth", "GB/s"), "busbw_gbs": ("bus bandwidth", "GB/s"),
+    "algbw_gbs": ("algorithm bandwidth", "GB/s"), "intensity": ("arithmetic intensity", "FLOP/byte"),
+    "flops": ("work", "FLOP"), "n": ("n", ""), "dtype": ("dtype", ""), "op": ("operation", ""),
+}
+
+
+def _number(value: float) -> str:
+    """A number for a reader: thousands separated, no exponent between 0.001 and ten million."""
+    magnitude = abs(value)
+    if magnitude == 0 or math.isnan(value) or math.isinf(value):
+        return str(value)
+    if 1 <= magnitude < 1e7:
+        return f"{value:,.{max(0, 3 - int(math.log10(magnitude)))}f}"
+    return f"{value:.3g}"  # below 1 (0.00123), or an exponent for the very small and very large
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale or unit == "ns":
+            return f"{_number(seconds / scale)} {unit}"
+    return str(seconds)
+
+
+def field_text(key: str, value: object) -> str:
+    """'time = 1.23 ms', 'bandwidth = 3,012 GB/s', 'fraction of copy = 93.4%': one field of a row, for a reader."""
+    label, unit = FIELDS.get(key, (key.replace("_", " "), ""))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{label} = {value}"
+    if key == "seconds" or key.endswith(("_seconds", "_s")):
+        what = label.removesuffix("seconds").removesuffix(" s").strip()
+        return f"{' '.join([what, 'time']).strip()} = {_time(value)}"
+    if key in ("bytes", "nbytes") or key.endswith("_bytes"):
+        what = "" if key in ("bytes", "nbytes") else label.removesuffix("bytes").strip()
+        return f"{' '.join([what, 'size']).strip()} = {format_bytes(int(value))}"
+    if key == "spread" or key.startswith(("fraction", "share")) or key.endswith(("_fraction", "_share", "efficiency")):
+        return f"{label} = {value:.1%}"
+    number = f"{value:,}" if isinstance(value, int) else _number(value)
+    return f"{label} = {number}" + (f" {unit}" if unit else "")
+
+
 def hover_text(row: dict, keys: Sequence[str]) -> str:
-    return "<br>".join(f"{k} = {row[k]:.4g}" if isinstance(row[k], float) else f"{k} = {row[k]}"
-                       for k in keys if k in row)
+    return "<br>".join(field_text(k, row[k]) for k in keys if k in row and row[k] is not None)
+
+
+def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
+    """One figure for several GPUs' runs of an experiment: ``figure(run)`` for each, and a menu that picks the GPU
+    (the first one shown). With one run it is that run's figure. Each run's title, annotations and shapes come with
+    its traces when it is picked."""
+    figures = [figure(run) for run in runs]
+    if len(figures) <= 1:
+        return figures[0] if figures else go.Figure(layout=dict(title="No recording yet"))
+    combined = go.Figure(layout=figures[0].layout)
+    owner = []
+    for i, part in enumerate(figures):
+        for trace in part.data:
+            combined.add_trace(trace)
+            owner.append(i)
+    shown = [trace.visible if trace.visible is not None else True for trace in combined.data]
+    for j, trace in enumerate(combined.data):
+        trace.visible = shown[j] if owner[j] == 0 else False
+    buttons = [dict(label=run.short_label, method="update", args=[
+        {"visible": [shown[j] if owner[j] == i else False for j in range(len(owner))]},
+        {"title.text": part.layout.title.text, "annotations": part.layout.annotations or [],
+         "shapes": part.layout.shapes or []}]) for i, (run, part) in enumerate(zip(runs, figures, strict=True))]
+    combined.update_layout(updatemenus=[dict(type="dropdown", buttons=buttons, direction="down", showactive=True,
+                                             x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))],
+                           margin=dict(t=110))
+    combined.update_layout(title=dict(y=0.97, yanchor="top"))
+    return combined
 
 
 def sweep_figure(

@@ -1,4 +1,5 @@
-"""What the chapters print besides figures: the source of a gpulab function, a byte count."""
+"""What the chapters show besides figures and tables: the source of a gpulab function, what a measurement says in
+a sentence or two (:func:`say`, which wraps to the text column like the prose around it), a byte count."""
 
 from __future__ import annotations
 
@@ -16,6 +17,24 @@ def show_source(fn: Callable) -> None:
     A numba kernel shows the Python function it was compiled from (its ``py_func``).
     """
     display(Code(inspect.getsource(getattr(fn, "py_func", fn)), language="python"))
+
+
+class Sentences:
+    """Lines of Markdown: paragraphs on the page (they wrap to the text column), plain lines in a terminal."""
+
+    def __init__(self, lines: tuple[str, ...]):
+        self.lines = lines
+
+    def _repr_markdown_(self) -> str:
+        return "\n\n".join(self.lines)
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def say(*lines: str) -> None:
+    """Display ``lines`` (Markdown) as paragraphs: what a measurement says, printed from the run that made it."""
+    display(Sentences(tuple(lines)))
 
 
 def format_bytes(nbytes: int) -> str:

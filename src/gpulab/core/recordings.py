@@ -15,7 +15,7 @@ import datetime as _dt
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from gpulab.core.provenance import changes as code_changes
 from gpulab.core.provenance import declaration, fingerprint, fingerprint_of
 
 SCHEMA = 2  # 2: the code fingerprint is the closure of what the experiment runs (gpulab.core.provenance)
+BOOK_BUILD = "GPULAB_BOOK_BUILD"  # set to 1 by `make book` (and the test's book stage): the CPU here built the book
 
 
 @dataclass
@@ -46,11 +47,28 @@ class Recording:
         return self.provenance.get("date", "")[:10]
 
     @property
+    def on_gpu(self) -> bool:
+        return self.provenance.get("device", {}).get("kind") == "cuda"
+
+    @property
     def label(self) -> str:
-        """'NVIDIA H100 80GB HBM3, recorded 2026-11-21' or 'this CPU, live'."""
+        """'NVIDIA H100 80GB HBM3, recorded 2026-11-21', 'NVIDIA H200, live', or for a live run on a CPU 'the machine
+        that built this book (AMD EPYC 7B13), 2026-11-25' in the book's build and 'this CPU (...), live' elsewhere."""
         if self.provenance.get("recorded"):
             return f"{self.device_name}, recorded {self.date}"
-        return f"{self.device_name}, live"
+        if self.on_gpu:
+            return f"{self.device_name}, live"
+        if os.environ.get(BOOK_BUILD) == "1":
+            return f"the machine that built this book ({self.device_name}), {self.date}"
+        return f"this CPU ({self.device_name}), live"
+
+    @property
+    def short_label(self) -> str:
+        """A column header: 'H100 80GB HBM3', 'H200 (live)', 'build machine (CPU)'."""
+        if not self.on_gpu:
+            return "build machine (CPU)" if os.environ.get(BOOK_BUILD) == "1" else "this CPU"
+        name = self.device_name.removeprefix("NVIDIA ")
+        return name if self.provenance.get("recorded") else f"{name} (live)"
 
     def to_json(self) -> dict:
         return {
@@ -194,6 +212,67 @@ def stale_recordings(root: Path | None = None) -> list[Stale]:
         if said := changes(recording):
             stale.append(Stale(path, recording.experiment, tuple(said)))
     return stale
+
+
+def newest_per_gpu(experiment: str, root: Path | None = None) -> list[Recording]:
+    """The newest recording of ``experiment`` made on each GPU, in the order of the GPUs' names."""
+    newest: dict[str, Recording] = {}
+    for recording in recordings(experiment, root):  # newest first
+        newest.setdefault(recording.device_name, recording)
+    return [newest[name] for name in sorted(newest)]
+
+
+class Runs(Sequence[Recording]):
+    """What a page draws for one experiment: the newest recording of every recorded GPU, then the live run if it
+    ran on a GPU (a live run on a CPU is drawn only where the page asked for it: where the CPU is the lesson).
+
+    ``live`` is the live run whether drawn or not: on the machine that builds the book it is what CI checks.
+    """
+
+    def __init__(self, experiment: str, recorded: Sequence[Recording], live: Recording | None, draw_cpu: bool):
+        self.experiment, self.recorded, self.live = experiment, list(recorded), live
+        drawn_live = live is not None and (live.on_gpu or draw_cpu)
+        self._drawn = [*self.recorded, *([live] if drawn_live else [])]
+
+    def __getitem__(self, index):
+        return self._drawn[index]
+
+    def __len__(self) -> int:
+        return len(self._drawn)
+
+    def __repr__(self) -> str:
+        return f"Runs({self.experiment!r}: {', '.join(run.label for run in self) or 'nothing to draw'})"
+
+    @property
+    def note(self) -> str:
+        """A sentence for the page when a GPU's measurement is missing, else ''."""
+        if self.recorded:
+            return ""
+        live_gpu = self.live is not None and self.live.on_gpu
+        return f"{self.experiment}: no recording yet" + ("." if live_gpu else ", and no GPU here to measure it live.")
+
+
+def runs(experiment: str, fn: Callable[..., list[dict]], *, needs_gpu: bool = False, draw_cpu: bool = False,
+         **params) -> Runs:
+    """The one call a chapter makes for an experiment: run ``fn(**params)`` live, and return it with every GPU's
+    recording (:class:`Runs`).
+
+    ``needs_gpu``: the experiment times kernels and cannot run without a GPU (it then runs nowhere but on one).
+    ``draw_cpu``: draw a live run on a CPU too (where the CPU is the lesson); it runs either way, so that CI checks
+    the code. A missing recording is said in one printed line.
+    """
+    recorded = newest_per_gpu(experiment)  # before the run: with GPULAB_RECORD=1 the run replaces its GPU's file
+    can_run = kernel_mode.on_gpu() if needs_gpu else True
+    live = run(experiment, fn, **params) if can_run else None
+    found = Runs(experiment, recorded, live, draw_cpu)
+    if found.note:
+        print(found.note)
+    return found
+
+
+def recorded(experiment: str) -> Runs:
+    """What a page draws of an experiment that another chapter measures: every GPU's recording, no live run."""
+    return Runs(experiment, newest_per_gpu(experiment), None, draw_cpu=False)
 
 
 def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) -> tuple[Recording, Recording | None]:

@@ -2,10 +2,10 @@
 
 A live control needs a running kernel. JupyterLab and Colab show the widget itself. The static book
 has no kernel: it draws each explorer's saved view (the state the build left, with the book's own copy
-of the Jupyter widgets HTML manager) and a note under it that its controls need a running kernel
-(book/_ext/widget_views.py); a viewer that draws no widgets shows :func:`show`'s ``text/html`` line
-instead. The static page gets its exploration from recorded data (see
-:func:`gpulab.ch03_blas_levels.figures.roofline_explorer_figure`).
+of the Jupyter widgets HTML manager) with its controls switched off and a note beside them that they need
+a running kernel (book/_ext/widget_views.py); a viewer that draws no widgets shows :func:`show`'s ``text/html``
+line instead. The static page explores the recordings with plotly's own menus (see
+:func:`gpulab.core.plots.by_gpu`).
 
 Explorers write their results into an ``Output`` widget by setting its state (:func:`render`), never
 with ``with output:``. The notebook executor behind papermill and the book build (nbclient) imitates a
@@ -15,12 +15,15 @@ cell's reply; now and then it misses the reply and waits forever (jupyter/nbclie
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 
 import ipywidgets as w
 import plotly.graph_objects as go
 from IPython.display import display
+
+from gpulab.core.tables import Table
 
 NEEDS_KERNEL = (
     "This explorer needs a running kernel to answer its controls: launch this notebook (the Colab button at "
@@ -39,7 +42,7 @@ def show(widget: w.Widget) -> None:
     }, raw=True)
 
 
-def _live(rows: Sequence[Sequence[w.Widget]], output: w.Output, update: Callable[..., None]) -> w.Widget:
+def assemble(rows: Sequence[Sequence[w.Widget]], output: w.Output, update: Callable[..., None]) -> w.Widget:
     """An explorer: ``rows`` of controls above ``output``; any control's change calls ``update``, which runs once
     now to fill ``output``. The explorer is displayed (:func:`show`) and returned."""
     for row in rows:
@@ -51,13 +54,19 @@ def _live(rows: Sequence[Sequence[w.Widget]], output: w.Output, update: Callable
     return explorer
 
 
-def render(output: w.Output, text: str = "", figure: go.Figure | None = None) -> None:
-    """Make ``output`` show ``text`` and then ``figure``, replacing what it showed.
+def render(output: w.Output, text: str = "", figure: go.Figure | None = None, table: Table | None = None) -> None:
+    """Make ``output`` show ``text`` (as paragraphs, one per line, which wrap to the page), then ``table``, then
+    ``figure``, replacing what it showed.
 
     The figure goes in as the mime bundle of plotly's current renderer (``display(figure)`` would
     not do: a plotly figure displays itself, into whichever cell is running, not into ``output``).
     """
-    outputs = [{"output_type": "stream", "name": "stdout", "text": text}] if text else []
+    paragraphs = "".join(f"<p>{html.escape(line)}</p>" for line in text.splitlines() if line.strip())
+    outputs = [{"output_type": "display_data", "metadata": {},
+                "data": {"text/html": paragraphs, "text/plain": text}}] if text.strip() else []
+    if table is not None:
+        outputs.append({"output_type": "display_data", "metadata": {},
+                        "data": {"text/html": table._repr_html_(), "text/plain": str(table)}})
     if figure is not None:
         outputs.append({"output_type": "display_data", "data": figure._repr_mimebundle_(), "metadata": {}})
     output.outputs = tuple(outputs)
@@ -66,6 +75,6 @@ def render(output: w.Output, text: str = "", figure: go.Figure | None = None) ->
 WIDE = {"description_width": "initial"}  # a control's whole description, not the first dozen letters
 
 
-def _nearest(values: Sequence[float], target: float) -> float:
+def nearest(values: Sequence[float], target: float) -> float:
     """The one of ``values`` (all > 0) nearest to ``target`` on a logarithmic scale."""
     return min(values, key=lambda v: abs(math.log(v / target)))
