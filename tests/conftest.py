@@ -1,4 +1,4 @@
-"""Shared fixtures and marks: the repository root, the built book, and ``needs_gpu``."""
+"""Shared fixtures and helpers: the repository root, the built book, ``needs_gpu``, what an explorer shows."""
 
 from __future__ import annotations
 
@@ -28,6 +28,20 @@ def needs_gpu(test=None, *, gpus: int = 1, capability: tuple[int, int] = (0, 0))
             reason = None
         return pytest.mark.gpu(pytest.mark.skipif(reason is not None, reason=reason or "")(function))
     return mark(test) if test is not None else mark
+
+
+def shown(output) -> tuple[str, list[dict]]:
+    """What an explorer's ``Output`` widget shows: its text (paragraphs and tables, as plain text) and the plotly
+    figures it displays. The results must be set as its state, never captured (see gpulab.core.widgets)."""
+    assert output.msg_id == ""
+    text, figures = [], []
+    for o in output.outputs:
+        data = o.get("data", {})
+        if "application/vnd.plotly.v1+json" in data:
+            figures.append(data["application/vnd.plotly.v1+json"])
+        else:
+            text.append(o.get("text") or data.get("text/plain", ""))
+    return "\n".join(text), figures
 
 
 @pytest.fixture(scope="session")

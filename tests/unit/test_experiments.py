@@ -9,6 +9,7 @@ import plotly.io as pio
 import pytest
 import torch
 
+from conftest import shown
 from gpulab.ch01_cpus_to_gpus.figures import gpu_comparison_figure
 from gpulab.ch03_blas_levels import blas
 from gpulab.ch03_blas_levels.explorer import roofline_explorer
@@ -121,13 +122,6 @@ def test_shared_figures_title_every_axis():
     table = {g: [{"metric": "peak float16", "value": v, "peak": True}] for g, v in (("A", 1.0), ("B", 2.0))}
     comparison = gpu_comparison_figure(table, "A", "B", title="c").layout
     assert comparison.xaxis.title.text and comparison.yaxis.title.text
-
-def shown(output):
-    """What an explorer's output area shows: its text, and the plotly figures it displays."""
-    text = "".join(o.get("text", "") for o in output.outputs)
-    figures = [o["data"]["application/vnd.plotly.v1+json"]
-               for o in output.outputs if o["output_type"] == "display_data"]
-    return text, figures
 
 
 def test_explorer_measures_on_click_and_survives_bad_input(monkeypatch):

@@ -8,6 +8,7 @@ import math
 import plotly.io as pio
 import pytest
 
+from conftest import shown as shown_in
 from gpulab.ch12_cudnn_convolution_algorithms import algorithms
 from gpulab.ch12_cudnn_convolution_algorithms.explorer import convolution_algorithms_explorer
 from gpulab.ch13_memory_bound_layers_and_fusion import fusion
@@ -30,12 +31,7 @@ def kernel_renderer(monkeypatch):
 
 def shown(explorer):
     """What an explorer's output area (its last child) shows: its text, and the plotly figures it displays."""
-    output = explorer.children[-1]
-    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.core.widgets)
-    text = "".join(o.get("text", "") for o in output.outputs)
-    figures = [o["data"]["application/vnd.plotly.v1+json"] for o in output.outputs
-               if o["output_type"] == "display_data"]
-    return text, figures
+    return shown_in(explorer.children[-1])
 
 
 def axis_titles(figure: dict) -> tuple[str, str, str]:
