@@ -169,7 +169,7 @@ def test_sweep_does_not_hide_other_errors():
 def test_banner_without_gpu(monkeypatch):
     monkeypatch.setenv("GPULAB_DEVICE", "cpu")
     assert env.device().type == "cpu"
-    assert banner.banner().startswith("CPU - no CUDA device")
+    assert str(banner.banner()).startswith("The GPU figures on this page are drawn from recordings")
     assert env.slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 

@@ -57,7 +57,7 @@ def test_resource_lines_are_parsed_per_kernel():
 
 
 def test_the_banner_says_where_kernels_run():
-    assert banner.banner().splitlines()[-1] == kernel_mode.describe()
+    assert str(banner.banner()).splitlines()[-1] == kernel_mode.describe() + "."
     assert ("simulator" in kernel_mode.describe()) != kernel_mode.on_gpu()
 
 

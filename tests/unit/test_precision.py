@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from conftest import shown
 from gpulab.ch02_number_formats import figures, formats, rounding
 from gpulab.ch02_number_formats.explorer import rounding_explorer
 from gpulab.ch02_number_formats.formats import COURSE_TABLE, matches_printed, stagnation_sum
@@ -270,12 +271,12 @@ def test_bit_layout_figure_draws_every_bit():
 def test_rounding_explorer_shows_every_format():
     explorer = rounding_explorer("0.1")
     number, output = explorer.children
-    text = "".join(o["text"] for o in output.outputs)
+    text = shown(output)[0]
     assert "0.0999755859375" in text  # 0.1 in float16 and tf32
     assert all(name in text for name in ("float64", "float32", "tf32", "bfloat16", "float16"))
     number.value = "oops"
-    (only,) = output.outputs  # the table is replaced by the complaint, not added to
-    assert only["text"].startswith("Not a number: ") and "oops" in only["text"]
+    assert len(output.outputs) == 1  # the table is replaced by the complaint, not added to
+    assert shown(output)[0].startswith("Not a number: ") and "oops" in shown(output)[0]
     assert output.msg_id == ""  # set as state, never captured (see gpulab.core.widgets)
 
 

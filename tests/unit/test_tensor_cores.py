@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import needs_gpu
+from conftest import needs_gpu, shown
 from gpulab.ch04_mlp_gemms import mlp
 from gpulab.ch10_tensor_cores import figures, tensor_cores, wmma
 from gpulab.ch10_tensor_cores.explorer import matmul_format_explorer
@@ -171,7 +171,7 @@ def test_the_format_explorer_measures_and_names_what_it_cannot():
     button.click()
     format_menu.value = "tf32"
     button.click()
-    text = output.outputs[0]["text"]
+    text = shown(output)[0]
     assert "float32" in text and "e-0" in text  # a measured row with its error
     if not kernel_mode.on_gpu():
         assert "Not measured: fmt: tf32 is a tensor-core mode" in text
