@@ -1,12 +1,15 @@
 """Open every page of the built book in Chromium with the network cut off, as a reader offline would.
 
-Every request that is not to the local server is blocked. A page fails if it asks for anything from
-outside the book, raises a JavaScript error, leaves a saved widget view, a plotly figure (one in a
-widget's Output too) or a formula undrawn, or transfers more than 2 MB apart from the plotly.js that
-all pages share. It also fails on what keeps a page from a reader who cannot see it well: an image
-without alt text, a figure without a title or with an axis that does not say what it measures, or
-headings that skip a level. The local server compresses text with gzip, as GitHub Pages and other web
-servers do, so the sizes are what a reader's browser would download; the test prints them, page by page.
+Every request that is not to the local server is blocked. A page fails if it asks for anything from outside the
+book, raises a JavaScript error, leaves a saved widget view, a plotly figure (one in a widget's Output too) or a
+formula undrawn, or weighs more than its budget. It also fails on what keeps a page from its reader: an image
+without alt text, a figure without a title or with an axis that does not say what it measures, headings that skip
+a level; a printed block wider than the text column at 1400 px, or anything that widens a 390 px page; a control
+of a saved widget view that looks as if it answered without a kernel; a traceback or an exception's message on the
+page; Markdown table pipes printed as text; the word "issue" (a page speaks of its subject, not of the work that
+made it); hover text that shows raw field names; a figure's title cut off at 390 px, or covered by its menu. The
+local server compresses text with gzip, as GitHub Pages and other web servers do; the test prints each page's
+weight uncompressed and compressed.
 """
 
 from __future__ import annotations
@@ -68,11 +71,12 @@ def browser():
         browser.close()
 
 
-# Bytes the page and everything it loaded took over the wire, apart from the plotly.js every page shares.
-TRANSFERRED = """() => [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
-    .filter(entry => !new URL(entry.name).pathname.endsWith('/plotly.min.js'))  // rebuilds add ?v=<hash>
-    .reduce((total, entry) => total + (entry.encodedBodySize || 0), 0)"""
-PAGE_BUDGET = 2 * 10**6  # bytes per page, plotly.js apart
+# Bytes of the page and of everything it loaded: [uncompressed, as transferred (gzip)].
+WEIGHT = """() => [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
+    .reduce(([decoded, encoded], e) => [decoded + (e.decodedBodySize || 0), encoded + (e.encodedBodySize || 0)],
+            [0, 0])"""
+LANDING_BUDGET = 1.5e6  # bytes, uncompressed: the landing page has no figure, formula or widget
+PAGE_BUDGET = 9e6  # bytes, uncompressed: plotly.js (4.8 MB), MathJax and the widget manager where a page uses them
 
 # Each drawn figure's problems: no title, or a visible x/y axis of a chart with no axis title.
 FIGURE_PROBLEMS = """divs => divs.flatMap(div => {
@@ -109,9 +113,10 @@ HEADING_LEVELS = "() => [...document.querySelectorAll('article h1, article h2, a
                  "article h6')].map(heading => Number(heading.tagName[1]))"
 
 
-def visit(browser, server: str, path: str) -> dict:
-    """Load one page offline; return its JavaScript errors, blocked requests and figure states."""
-    page = browser.new_page()
+def visit(browser, server: str, path: str, width: int = 1400) -> dict:
+    """Load one page offline, ``width`` pixels wide; return its JavaScript errors, blocked requests, figure states,
+    weight and the problems a reader would meet."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
     errors, blocked = [], []
     page.on("pageerror", lambda error: errors.append(str(error)))
 
@@ -139,11 +144,11 @@ def visit(browser, server: str, path: str) -> dict:
     if math:
         page.wait_for_selector("mjx-container", timeout=10_000)
     typeset = page.eval_on_selector_all("mjx-container", "nodes => nodes.length")
-    transferred = page.evaluate(TRANSFERRED)
-    problems = accessibility_problems(page)
+    weight = page.evaluate(WEIGHT)
+    problems = accessibility_problems(page) + reading_problems(page)
     page.close()
     return {"errors": errors, "blocked": blocked, "figures": figures, "math": math, "typeset": typeset,
-            "widgets": widgets, "bytes": transferred, "accessibility": problems}
+            "widgets": widgets, "bytes": weight, "accessibility": problems}
 
 
 def accessibility_problems(page) -> list[str]:
@@ -159,33 +164,96 @@ def accessibility_problems(page) -> list[str]:
     return problems
 
 
-def test_every_page_loads_offline_without_javascript_errors(built_book, server, browser, capsys):
+# What a reader must not meet on a page (each script returns a list of problems, in words).
+WIDE_OUTPUT = """() => [...document.querySelectorAll('article .cell_output pre, article .cell_output table')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1 && !e.closest('.gpulab-table'))
+    .map(e => `an output ${e.scrollWidth - e.clientWidth}px wider than the column: "${e.innerText.slice(0, 50)}"`)"""
+PAGE_WIDER_THAN_SCREEN = """() => document.documentElement.scrollWidth > window.innerWidth + 1
+    ? [`the page is ${document.documentElement.scrollWidth - window.innerWidth}px wider than the screen`] : []"""
+LIVE_CONTROLS = """() => [...document.querySelectorAll('.widget-subarea input, .widget-subarea select, '
+        + '.widget-subarea button, .widget-subarea textarea')].filter(c => !c.disabled)
+    .map(c => `a widget control that looks live without a kernel: <${c.tagName.toLowerCase()}>`)"""
+LEAKED_TEXT = """() => {
+    const problems = [];
+    for (const out of document.querySelectorAll('article .cell_output')) {
+        const text = out.innerText;
+        const match = text.match(/Traceback \\(most recent call last\\)|\\b[A-Z]\\w*(Error|Exception): \\S/);
+        if (match) problems.push(`an exception's text on the page: "${text.slice(Math.max(0, match.index - 20),
+                                                                                 match.index + 60)}"`);
+    }
+    const prose = [...document.querySelectorAll('article p, article li, article td, article th, article h1, '
+        + 'article h2, article h3, article figcaption')].filter(e => !e.closest('pre, code, .cell_input'));
+    for (const e of prose) {
+        if (/^\\s*\\|.*\\|\\s*$/m.test(e.innerText) || e.innerText.includes('|---')) {
+            problems.push(`Markdown table pipes printed as text: "${e.innerText.slice(0, 60)}"`);
+        }
+        const issue = e.innerText.match(/\\bissues?\\b/i);
+        if (issue) problems.push(`the word "${issue[0]}": "${e.innerText.slice(0, 80)}"`);
+    }
+    return problems;
+}"""
+FIGURE_POLISH = """divs => divs.flatMap(div => {
+    const problems = [], title = div.querySelector('.gtitle');
+    const name = (title && title.textContent || '').slice(0, 50);
+    for (const trace of div.data || []) {
+        const texts = [].concat(trace.hovertext || [], trace.text || []).filter(t => typeof t === 'string');
+        const raw = texts.find(t => /\\b[a-z]+_[a-z_]+ = /.test(t));
+        if (raw) problems.push(`"${name}": hover text with a raw field name: "${raw.slice(0, 60)}"`);
+    }
+    if (title) {
+        const box = title.getBoundingClientRect(), frame = div.getBoundingClientRect();
+        if (box.left < frame.left - 1 || box.right > frame.right + 1) problems.push(`"${name}": title cut off`);
+        for (const menu of div.querySelectorAll('.updatemenu-container .updatemenu-button, .updatemenu-header')) {
+            const m = menu.getBoundingClientRect();
+            if (m.width && m.left < box.right && box.left < m.right && m.top < box.bottom && box.top < m.bottom) {
+                problems.push(`"${name}": a menu covers the title`);
+            }
+        }
+    }
+    return problems;
+})"""
+
+
+def reading_problems(page) -> list[str]:
+    """What keeps a reader from reading the page, at the viewport's width (see the module's docstring)."""
+    width = page.viewport_size["width"]
+    problems = page.evaluate(LIVE_CONTROLS) + page.evaluate(LEAKED_TEXT)
+    problems += page.evaluate(WIDE_OUTPUT) if width >= 1000 else page.evaluate(PAGE_WIDER_THAN_SCREEN)
+    problems += page.eval_on_selector_all(".plotly-graph-div", FIGURE_POLISH)
+    return [f"{p} (at {width} px)" for p in problems]
+
+
+def test_every_page_loads_offline_and_reads_well_at_1400_and_390_px(built_book, server, browser, capsys):
     failures, blocked, sizes = [], set(), {}
     for page in book_pages(built_book):
         path = page.relative_to(built_book).as_posix()
-        result = visit(browser, server, path)
-        blocked.update(result["blocked"])
-        sizes[path] = result["bytes"]
-        if result["bytes"] > PAGE_BUDGET:
-            failures.append(f"{path}: transfers {result['bytes'] / 1e6:.2f} MB, over {PAGE_BUDGET / 1e6:g} MB")
-        if result["errors"]:
-            failures.append(f"{path}: JavaScript errors {result['errors']}")
-        if not all(result["figures"]):
-            missing = result["figures"].count(False)
-            failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
-        if result["widgets"][0] < result["widgets"][1]:
-            failures.append(f"{path}: {result['widgets'][0]} of {result['widgets'][1]} saved widget views drawn")
-        if result["accessibility"]:
-            failures.append(f"{path}: {'; '.join(result['accessibility'])}")
-        if result["typeset"] < result["math"]:
-            failures.append(f"{path}: {result['math'] - result['typeset']} of {result['math']} formulas not typeset")
+        for width in (1400, 390):
+            result = visit(browser, server, path, width)
+            blocked.update(result["blocked"])
+            budget = LANDING_BUDGET if path == "book/intro.html" else PAGE_BUDGET
+            if width == 1400:
+                sizes[path] = result["bytes"]
+                if result["bytes"][0] > budget:
+                    failures.append(f"{path}: weighs {result['bytes'][0] / 1e6:.2f} MB, over {budget / 1e6:g} MB")
+            if result["errors"]:
+                failures.append(f"{path} at {width} px: JavaScript errors {result['errors']}")
+            if not all(result["figures"]):
+                missing = result["figures"].count(False)
+                failures.append(f"{path}: {missing} of {len(result['figures'])} figures did not draw")
+            if result["widgets"][0] < result["widgets"][1]:
+                failures.append(f"{path}: {result['widgets'][0]} of {result['widgets'][1]} saved widget views drawn")
+            if result["accessibility"]:
+                failures.append(f"{path}: {'; '.join(result['accessibility'])}")
+            if result["typeset"] < result["math"]:
+                failures.append(f"{path}: {result['math'] - result['typeset']} of {result['math']} formulas not "
+                                "typeset")
     if blocked:
         failures.append("pages asked for outside resources: " + ", ".join(sorted(blocked)))
     with capsys.disabled():
-        print(f"\n{'page':<48} {'MB transferred (plotly.js apart)':>34}")
-        for path, size in sorted(sizes.items(), key=lambda item: -item[1]):
-            print(f"{path:<48} {size / 1e6:34.2f}")
-    assert not failures, "\n".join(failures)
+        print(f"\n{'page':<48} {'MB, uncompressed':>17} {'MB, gzip':>9}")
+        for path, (decoded, encoded) in sorted(sizes.items(), key=lambda item: -item[1][0]):
+            print(f"{path:<48} {decoded / 1e6:17.2f} {encoded / 1e6:9.2f}")
+    assert not failures, "\n".join(dict.fromkeys(failures))
 
 
 def test_chapter_figures_draw(built_book, server, browser):
@@ -220,6 +288,23 @@ def test_accessibility_check_names_each_problem(built_book, browser):
     problems = accessibility_problems(page)
     page.close()
     assert problems == ["image without alt text: x.png", '"Rate": yaxis has no title', "heading h1 followed by h3"]
+
+
+def test_reading_check_names_each_problem(browser):
+    """The reading checks are not vacuous: a page with each fault gets each named."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_content(
+        "<article><div class='cell_output'><pre style='width:300px;overflow:auto'>" + "x" * 200 + "</pre>"
+        "<pre>NOT YET (TypeError: '&lt;' not supported)</pre></div>"
+        "<p>| layer | time |<br>|---|---|</p><p>The issue this chapter answers.</p>"
+        "<div class='widget-subarea'><select><option>a</option></select><button disabled>b</button></div></article>")
+    problems = reading_problems(page)
+    page.close()
+    assert len(problems) == 5, problems
+    assert problems[0].startswith("a widget control that looks live without a kernel: <select>")
+    assert "an exception's text on the page" in problems[1] and "TypeError: '<'" in problems[1]
+    assert problems[2].startswith("Markdown table pipes") and problems[3].startswith('the word "issue"')
+    assert problems[4].startswith("an output") and "wider than the column" in problems[4]
 
 
 def test_saved_widget_view_draws_with_its_figure_and_note(built_book, server, browser):

@@ -14,6 +14,7 @@ from importlib.metadata import version
 import nbformat
 import papermill
 import pytest
+from nbclient import NotebookClient
 
 from conftest import ROOT
 
@@ -63,3 +64,43 @@ def test_the_colab_stage_runs_colab_versions():
     pins = dict(re.findall(r"^([\w-]+)==(\S+)$", (ROOT / "requirements-colab.txt").read_text(), re.MULTILINE))
     for package in ("ipywidgets", "plotly", "ipython", "ipykernel"):
         assert version(package) == pins[package], package
+
+
+# The setup cell on Colab: it fetches the book with git, and must say in one sentence what failed if it cannot.
+SETUP_TAG = "setup"
+
+
+def run_setup_cell(tmp_path, monkeypatch, repository: str) -> list[dict]:
+    """Run chapter 01's setup cell as Colab would (a stand-in ``google.colab`` module), fetching the book from
+    ``repository`` into a folder of ``tmp_path``, then ask where gpulab came from; return the outputs of both."""
+    fake = tmp_path / "fake_colab" / "google" / "colab"  # google stays a namespace package: protobuf lives there too
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "output.py").write_text("def enable_custom_widget_manager():\n    pass\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake_colab"))
+    monkeypatch.setenv("GPULAB_REPOSITORY", repository)
+    monkeypatch.setenv("GPULAB_BOOK_DIR", str(tmp_path / "book"))
+    chapter = nbformat.read(CHAPTERS[0], as_version=4)
+    [setup] = [c for c in chapter.cells if SETUP_TAG in c.metadata.get("tags", [])]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup.source), nbformat.v4.new_code_cell(
+        "import sys\nprint('gpulab from', sys.modules['gpulab'].__file__ if 'gpulab' in sys.modules else None)")])
+    NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return [output for cell in nb.cells for output in cell.outputs]
+
+
+def test_the_setup_cell_fetches_the_book_without_its_solutions(tmp_path, monkeypatch):
+    outputs = run_setup_cell(tmp_path, monkeypatch, f"file://{ROOT}")
+    assert not [o for o in outputs if o["output_type"] == "error"], outputs
+    assert any("gpulab-banner" in o.get("data", {}).get("text/html", "") for o in outputs), outputs  # it ran
+    assert f"gpulab from {tmp_path / 'book'}" in outputs[-1]["text"]  # the fetched copy, not an installed one
+    assert (tmp_path / "book" / "labs").is_dir() and not (tmp_path / "book" / "labs" / "solutions").exists()
+
+
+def test_the_setup_cell_says_what_failed_when_the_book_cannot_be_fetched(tmp_path, monkeypatch):
+    outputs = run_setup_cell(tmp_path, monkeypatch, "http://127.0.0.1:9/book.git")  # nothing listens on port 9
+    setup_outputs = outputs[:-1]
+    assert [o["output_type"] for o in setup_outputs] == ["stream"], setup_outputs  # one line, no traceback
+    line = setup_outputs[0]["text"].strip()
+    assert line.startswith("Could not fetch the book's code from http://127.0.0.1:9/book.git (") and "\n" not in line
+    assert "set GPULAB_REPOSITORY" in line and "Traceback" not in line

@@ -19,7 +19,7 @@ SOURCE = Source()
 ROLE = re.compile(r":(?:func|class|mod|data|meth|attr|exc):`~?([\w.]+)`")
 DOTTED = re.compile(r"\bgpulab(?:\.\w+)+")
 PAGES = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("labs/solutions/*.ipynb"), *ROOT.glob("book/*.md"),
-                *ROOT.glob("book/*.ipynb"), ROOT / "README.md", ROOT / "labs" / "README.md"])
+                *ROOT.glob("book/*.ipynb"), ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "labs" / "README.md"])
 
 
 def resolves(reference: str, module: str | None = None) -> bool:

@@ -19,8 +19,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 SETUP = '''\
-# Setup. On Colab: fetch the book's repository and put its library, gpulab, on the path, leaving
-# Colab's own torch, ipywidgets and plotly as they are. Elsewhere gpulab is already installed.
+# Setup. On Colab: fetch the book's code (its library, gpulab, and the GPU recordings) and put gpulab on the path,
+# leaving Colab's own torch, ipywidgets and plotly as they are. Elsewhere gpulab is already installed.
+# GPULAB_REPOSITORY may name another copy of the repository (a fork, a mirror, a local path).
+import os
 import sys
 
 try:
@@ -28,19 +30,33 @@ try:
 except ImportError:  # not on Colab
     colab_output = None
 
+ready = True
 if colab_output is not None:
-    import os
+    import shutil
     import subprocess
 
-    REPOSITORY = "{url}"
-    if not os.path.isdir("/content/book"):
-        subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/book"], check=True)
-    sys.path.insert(0, "/content/book/src")
+    REPOSITORY = os.environ.get("GPULAB_REPOSITORY", "{url}")
+    BOOK = os.environ.get("GPULAB_BOOK_DIR", "/content/book")
+    if not os.path.isdir(os.path.join(BOOK, "src", "gpulab")):
+        fetched = subprocess.run(["git", "clone", "--quiet", "--depth=1", REPOSITORY, BOOK], capture_output=True,
+                                 text=True)
+        if fetched.returncode:
+            ready = False
+            reason = (fetched.stderr.strip().splitlines() or ["no message"])[-1]
+            print(f"Could not fetch the book's code from {{REPOSITORY}} ({{reason}}): check that this runtime can "
+                  "reach it, or set GPULAB_REPOSITORY to a copy it can reach, then run this cell again.")
+        shutil.rmtree(os.path.join(BOOK, "labs", "solutions"), ignore_errors=True)  # a lab's answers stay hidden
+    sys.path.insert(0, os.path.join(BOOK, "src"))
     colab_output.enable_custom_widget_manager()
 
-from gpulab.core.banner import banner
-
-banner()'''
+if ready:
+    try:
+        from gpulab.core.banner import banner
+    except ImportError:
+        print("gpulab, the book's library, is not installed here: run `pip install -e .` in the book's repository "
+              "(or open this notebook on Colab), then run this cell again.")
+    else:
+        display(banner())'''
 
 
 def repository_url() -> str:

@@ -9,6 +9,7 @@
 - **Icons**: the theme loads Font Awesome's whole library (1.5 MB of JavaScript) to draw a dozen icons. The build
   replaces that file with a script that holds just the icons the pages use, taken from the same library, and draws
   them as the library does (an inline SVG in place of each ``<i class="fa-... fa-name">``).
+- **Styles**: ``book.css`` beside this file, on every page (tables, wide formulas, icons, saved widget views).
 - sphinx-thebe registers its inline configuration script once per read of the sources, and a Jupyter Book build
   reads them more than once, so pages declared ``const THEBE_JS_URL`` twice (a JavaScript error). Each page's
   script list is made unique here.
@@ -25,6 +26,7 @@ import plotly
 from docutils import nodes
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+BOOK_CSS = Path(__file__).resolve().parent / "book.css"  # the book's own styles, on every page
 DRAWS_A_FIGURE = "Plotly.newPlot"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 ICON_CLASS = re.compile(r'class="([^"]*\bfa-[^"]*)"')
@@ -119,6 +121,7 @@ def _finish(app, exception) -> None:
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(PLOTLY_JS, static / "plotly.min.js")
+    shutil.copyfile(BOOK_CSS, static / "book.css")
     library = static / "scripts" / "fontawesome.js"
     text = library.read_text(errors="replace") if library.exists() else ""
     if all(marker in text for _, marker in PACKS):  # the theme's library, copied by this build (not ours already)
@@ -133,6 +136,7 @@ def _finish(app, exception) -> None:
 def setup(app):
     if not PLOTLY_JS.exists():
         raise FileNotFoundError(f"plotly.js not found at {PLOTLY_JS}; is plotly installed?")
+    app.add_css_file("book.css")
     app.connect("build-finished", _finish)
     app.connect("html-page-context", _page_assets, priority=950)  # after the handlers that add scripts
     app.connect("html-page-context", _unique_scripts, priority=900)

@@ -22,7 +22,7 @@ from docutils import nodes
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE.parent / "_vendor" / "html-manager"
-OWN = [HERE / "widgets_mathjax.js", HERE / "widgets.css"]
+OWN = [HERE / "widgets_mathjax.js"]
 VIEW_SCRIPT = '<script type="application/vnd.jupyter.widget-view+json">'
 STATE_TYPE = "application/vnd.jupyter.widget-state+json"
 NOTE = ("Explorer, shown as the book's build left it: its controls are switched off here, because they need a "
@@ -67,5 +67,4 @@ def setup(app):
     app.connect("doctree-read", _note_widget_views)
     app.connect("html-page-context", _disable_controls, priority=900)
     app.connect("build-finished", _copy_widget_manager)
-    app.add_css_file("jupyter-widgets/widgets.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

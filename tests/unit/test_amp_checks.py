@@ -406,5 +406,5 @@ def test_a_diagnosis_grades_as_a_lab_check(capsys):
                                    diagnose.HINTS)
     assert grading.grade(grader, "amp step", diagnose.diagnose_step(right, "bfloat16"), diagnose.HINTS)
     printed = capsys.readouterr().out
-    assert "NOT YET  amp step" in printed and "hint: scaler.update() was not called" in printed
+    assert "NOT YET  amp step" in printed and "amp step: scaler.update() was not called" in printed
     assert "call scaler.update() once per step" in printed and "PASS  amp step" in printed

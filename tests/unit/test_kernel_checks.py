@@ -16,8 +16,8 @@ from gpulab.ch07_cuda_threads_blocks.threads import blocks_for
 from gpulab.ch08_memory_hierarchy.memory import stencil_reference
 from gpulab.core import kernel_mode
 from gpulab.kernels import numba_kernels
-from gpulab.labs import grading, lab06_first_kernels, lab07_tiled_matmul
-from gpulab.labs.grading import Diagnosis
+from gpulab.labs import grading, kernel_grading, lab06_first_kernels, lab07_tiled_matmul
+from gpulab.labs.kernel_grading import KernelDiagnosis as Diagnosis
 
 cuda = kernel_mode.numba_cuda()
 M = 32  # threads per block of the 1D tests
@@ -298,31 +298,31 @@ def test_matmul_grids_are_examined():
 
 def test_compare_names_nan_tail_and_wrong_values():
     reference = torch.arange(1.0, 9.0)
-    assert grading.compare(reference.clone(), reference).ok
+    assert kernel_grading.compare(reference.clone(), reference).ok
     tail = reference.clone()
     tail[5:] = math.nan
-    assert grading.compare(tail, reference).problem == "unwritten tail"
+    assert kernel_grading.compare(tail, reference).problem == "unwritten tail"
     holes = reference.clone()
     holes[2] = math.nan
-    assert grading.compare(holes, reference).detail.endswith("the first at index 2")
+    assert kernel_grading.compare(holes, reference).detail.endswith("the first at index 2")
     wrong = reference.clone()
     wrong[4] += 1
-    assert "the first at index 4: 6 instead of 5" in grading.compare(wrong, reference).detail
+    assert "the first at index 4: 6 instead of 5" in kernel_grading.compare(wrong, reference).detail
     matrix = torch.ones(3, 4)
     matrix[1, 2] = 7
-    assert "row 1, column 2" in grading.compare(matrix, torch.ones(3, 4)).detail
+    assert "row 1, column 2" in kernel_grading.compare(matrix, torch.ones(3, 4)).detail
     with pytest.raises(ValueError, match="^actual: shape"):
-        grading.compare(torch.ones(3), torch.ones(4))
+        kernel_grading.compare(torch.ones(3), torch.ones(4))
 
 
 def test_guard_zone_sees_a_write_past_the_end():
     generator = torch.Generator().manual_seed(1)
-    vector = grading.guarded(torch.zeros(5), 3, generator)
+    vector = kernel_grading.guarded(torch.zeros(5), 3, generator)
     assert vector.buffer.shape == (8,) and vector.guard_intact()
     vector.buffer[6] = 0
     assert not vector.guard_intact()
     with pytest.raises(ValueError, match="^guard:"):
-        grading.guarded(torch.zeros(5), (1, 2), generator)
+        kernel_grading.guarded(torch.zeros(5), (1, 2), generator)
 
 
 def test_diagnosis_hint_and_validation():
@@ -337,17 +337,17 @@ def test_safely_first_failure_and_grade(capsys):
     def boom():
         raise KeyError("x")
 
-    assert grading.safely(boom) == Diagnosis("error", "KeyError: 'x'")
+    assert grading.safely(boom) == grading.Diagnosis("error", "KeyError: 'x'")
     good, bad = Diagnosis("ok", "fine"), Diagnosis("unwritten", "none of the 3 elements was written")
     assert grading.first_failure([lambda: good, lambda: bad, boom]) == bad
     assert grading.first_failure([lambda: good]) == good
     assert grading.first_failure([]).problem == "error"
-    only = grading.compare(torch.tensor([math.nan]), torch.ones(1))
+    only = kernel_grading.compare(torch.tensor([math.nan]), torch.ones(1))
     assert only == Diagnosis("unwritten", "the only element was never written")
     grader = grading.Grader(strict=False)
     assert not grading.grade(grader, "demo", bad, {"unwritten": "launch it"})
     assert grading.grade(grader, "demo ok", good, {})
     text = capsys.readouterr().out
-    assert "NOT YET  demo\n   hint: none of the 3 elements was written. launch it" in text and "PASS  demo ok" in text
+    assert "NOT YET  demo: none of the 3 elements was written\n   hint: launch it" in text and "PASS  demo ok" in text
     with pytest.raises(grading.CheckFailed):
         grading.grade(grading.Grader(strict=True), "strict", bad, {})

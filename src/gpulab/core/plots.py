@@ -28,10 +28,25 @@ PATTERNS = ["", "/", ".", "x", "\\", "+", "-"]
 TEMPLATE = "gpulab"
 
 
+TITLE_WIDTH = 60  # characters of a title's line: longer titles break after their last colon (a phone is narrow)
+
+
+def wrapped_title(text: str | None) -> str | None:
+    """'Transposes and copies: NVIDIA H200, recorded 2026-11-24' on two lines when it is long: the figure's subject,
+    then the run it draws."""
+    if not text or len(text) <= TITLE_WIDTH or "<br>" in text or ": " not in text:
+        return text
+    head, _, tail = text.rpartition(": ")
+    return f"{head}:<br>{tail}"
+
+
 class BookRenderer(PlotlyRenderer):
     """plotly's JupyterLab mime bundle plus an HTML fallback that uses the page's global Plotly."""
 
     def to_mimebundle(self, fig_dict):
+        title = fig_dict.get("layout", {}).get("title")
+        if isinstance(title, dict) and title.get("text"):
+            title["text"] = wrapped_title(title["text"])
         bundle = super().to_mimebundle(fig_dict)
         bundle["text/html"] = pio.to_html(
             fig_dict, include_plotlyjs=False, full_html=False, config=self.config, validate=False,
@@ -51,6 +66,7 @@ def _register() -> None:
             xaxis=dict(showgrid=True, gridcolor="#eeeeee", automargin=True),  # room for long or slanted labels
             yaxis=dict(showgrid=True, gridcolor="#eeeeee"),
             legend=dict(bgcolor="rgba(255,255,255,0.7)"),
+            modebar=dict(orientation="v"),  # down the right edge, clear of the title
         )
     )
     pio.templates.default = TEMPLATE
@@ -128,7 +144,7 @@ def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
         trace.visible = shown[j] if owner[j] == 0 else False
     buttons = [dict(label=run.short_label, method="update", args=[
         {"visible": [shown[j] if owner[j] == i else False for j in range(len(owner))]},
-        {"title.text": part.layout.title.text, "annotations": part.layout.annotations or [],
+        {"title.text": wrapped_title(part.layout.title.text), "annotations": part.layout.annotations or [],
          "shapes": part.layout.shapes or []}]) for i, (run, part) in enumerate(zip(runs, figures, strict=True))]
     combined.update_layout(updatemenus=[dict(type="dropdown", buttons=buttons, direction="down", showactive=True,
                                              x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))],

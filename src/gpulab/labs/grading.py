@@ -1,32 +1,32 @@
-"""The labs' grading framework: a check passes with a tick, or fails with a hint -- never with a stack trace.
+r"""The labs' grading framework: a check passes, or says what the answer was, what was expected, and the hint for
+that kind of mistake -- never with a stack trace.
 
 :class:`Grader` records the checks of a lab notebook. In a solution notebook (``strict=True``) a failed check
-raises, so CI catches a broken solution; in the student version it prints the hint and the notebook runs on, so a
-student sees every hint at once.
+raises, so CI catches a broken solution; in the student version it prints its message and the notebook runs on, so
+a student sees every hint at once. An exercise whose function still returns the stub's ``None`` (or raises
+``NotImplementedError``) is "not answered yet", never a failure with an error message.
 
-A lab that diagnoses a student's code returns a :class:`Diagnosis` (a lab defines its own kinds of problem by
-subclassing it) and records it with :func:`grade`. For kernels, the tools of the labs "First kernels" and "Tiled
-matrix multiply" live here: fresh random inputs (:func:`fresh`, never zeros, which hide a wrong index), an output
-poisoned with NaN and followed by a guard zone (:func:`guarded`), a launch that reports instead of raising
-(:func:`launch`), and a comparison that tells unwritten elements from wrong ones (:func:`compare`).
+- :meth:`Grader.number` checks a number against the expected one, and names the usual mistakes: a factor (a
+  multiply-add counted as one operation, milliseconds for seconds), a value of zero or below, NaN, no number at
+  all; a lab adds its own :class:`Mistake`\ s;
+- :meth:`Grader.tensor` checks a tensor: its type, its shape (transposed?), NaN, and a lab's known wrong tensors;
+- :meth:`Grader.check` runs any test that says True or False;
+- a lab that diagnoses a student's code returns a :class:`Diagnosis` (a lab subclasses it with its own kinds of
+  problem) and records it with :func:`grade`. The kernel labs' tools are in :mod:`gpulab.labs.kernel_grading`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
-import sysconfig
-import traceback
-import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from gpulab.core import kernel_mode
 from gpulab.core.correctness import relative_error
+
+NOT_ANSWERED = "not answered yet"
 
 
 def agrees_with(actual: object, reference: torch.Tensor, tolerance: float = 1e-6) -> bool:
@@ -43,49 +43,165 @@ class CheckFailed(AssertionError):
     """A lab check failed (raised only by a strict grader)."""
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """A usual wrong answer, and the hint for it. It matches an answer that is ``factor`` times the expected one,
+    or equals ``value`` (both within ``rel``), or for which ``test(answer)`` is true."""
+
+    hint: str
+    factor: float | None = None
+    value: float | None = None
+    test: Callable[[float], bool] | None = None
+    rel: float = 0.02
+
+    def matches(self, got: float, expected: float) -> bool:
+        def near(a: float, b: float) -> bool:
+            return abs(a - b) <= self.rel * abs(b)
+
+        return ((self.factor is not None and near(got, self.factor * expected))
+                or (self.value is not None and near(got, self.value))
+                or (self.test is not None and bool(self.test(got))))
+
+
+# The mistakes of a time in seconds: the wrong unit, and a clock that never started or stopped.
+SECONDS = (Mistake("that is a time in milliseconds: return seconds (divide by 1,000)", factor=1e3, rel=0.5),
+           Mistake("that is a time in microseconds: return seconds", factor=1e6, rel=0.5),
+           Mistake("that is a time in nanoseconds: return seconds (time.perf_counter() already gives seconds)",
+                   factor=1e9, rel=0.5))
+
+
+def shown(value: object) -> str:
+    """A student's answer, as the message quotes it: numbers readably, anything else by its type."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if 1e-3 <= abs(value) < 1e15 or value == 0 else f"{value:.4g}"
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _unanswered(error: Exception) -> bool:
+    """Whether ``error`` is a stub's doing: NotImplementedError, or arithmetic on the None a stub returns."""
+    return isinstance(error, NotImplementedError) or (
+        isinstance(error, TypeError | AttributeError) and "NoneType" in str(error))
+
+
+def number_problem(got: object, expected: float, rel: float, mistakes: Sequence[Mistake] = ()) -> str:
+    """'' if ``got`` is a number within ``rel`` of ``expected``; otherwise what is wrong with it, in words."""
+    if got is None:
+        return NOT_ANSWERED
+    if isinstance(got, torch.Tensor) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, int | float):
+        return f"returned {shown(got)}, not a number"
+    if math.isnan(got) or math.isinf(got):
+        return f"returned {got}"
+    if abs(got - expected) <= rel * abs(expected):
+        return ""
+    said = f"returned {shown(got)}, expected about {shown(expected)}"
+    for mistake in mistakes:
+        if mistake.matches(got, expected):
+            return f"{said}: {mistake.hint}"
+    if expected > 0 >= got:
+        return f"{said}: it must be above zero"
+    if got and expected:
+        ratio = got / expected
+        return f"{said} ({ratio:.3g} times too much)" if ratio > 1 else f"{said} ({1 / ratio:.3g} times too little)"
+    return said
+
+
 class Grader:
+    """The checks of one lab notebook (see the module's docstring)."""
+
     def __init__(self, strict: bool) -> None:
         self.strict = strict
         self.passed: list[str] = []
         self.failed: list[str] = []
 
-    def check(self, name: str, test: Callable[[], bool], hint: str) -> None:
-        """Run ``test()``; a False result, or any exception inside it, counts as a failure with ``hint``."""
-        try:
-            ok = bool(test())
-            detail = ""
-        except Exception as error:  # a student's half-written code may fail in any way
-            ok, detail = False, f" ({type(error).__name__}: {error})"
-        if ok:
+    def record(self, name: str, problem: str, hint: str) -> bool:
+        """PASS ``name`` if ``problem`` is '', else NOT YET with the problem and ``hint``; True if it passed."""
+        if not problem:
             self.passed.append(name)
             print(f"PASS  {name}")
-            return
+            return True
         self.failed.append(name)
-        message = f"NOT YET  {name}{detail}\n   hint: {hint}"
+        message = f"NOT YET  {name}: {problem}" + (f"\n   hint: {hint}" if hint else "")
         if self.strict:
             raise CheckFailed(message)
         print(message)
+        return False
 
-    def close(self, name: str, actual: Callable[[], float], expected: float, rel: float, hint: str) -> None:
-        """Check that ``actual()`` is a finite number within ``rel`` (relative) of ``expected``."""
-        def test() -> bool:
-            value = actual()
-            return value is not None and math.isfinite(value) and abs(value - expected) <= rel * abs(expected)
-        self.check(name, test, hint)
+    def check(self, name: str, test: Callable[[], bool], hint: str) -> bool:
+        """Run ``test()``: True passes; False, or an error in the student's code, fails with ``hint``."""
+        try:
+            problem = "" if test() else "not right yet"
+        except Exception as error:  # a student's half-written code may fail in any way
+            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+        return self.record(name, problem, hint)
+
+    def number(self, name: str, answer: Callable[[], object], expected: float, *, rel: float, hint: str,
+               mistakes: Sequence[Mistake] = ()) -> bool:
+        """``answer()`` must be a finite number within ``rel`` (relative) of ``expected``; a wrong one is quoted
+        beside the expected one, with the hint of the first of ``mistakes`` it matches (see :func:`number_problem`)."""
+        try:
+            problem = number_problem(answer(), expected, rel, mistakes)
+        except Exception as error:
+            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+        return self.record(name, problem, hint)
+
+    def close(self, name: str, actual: Callable[[], float], expected: float, rel: float, hint: str) -> bool:
+        """:meth:`Grader.number` without named mistakes."""
+        return self.number(name, actual, expected, rel=rel, hint=hint)
+
+    def tensor(self, name: str, answer: Callable[[], object], reference: torch.Tensor, *, tolerance: float,
+               hint: str, mistakes: Mapping[str, torch.Tensor] = {}) -> bool:  # noqa: B006 (read only)
+        """``answer()`` must be a tensor of the reference's shape within ``tolerance`` relative error. A wrong one is
+        told apart: no tensor, a transposed or otherwise wrong shape, NaN, or equal to one of ``mistakes`` ({hint:
+        what that mistake computes})."""
+        try:
+            got = answer()
+        except Exception as error:
+            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+            return self.record(name, problem, hint)
+        problem = tensor_problem(got, reference, tolerance, mistakes)
+        return self.record(name, problem, hint)
 
     def summary(self) -> None:
         print(f"{len(self.passed)} of {len(self.passed) + len(self.failed)} checks pass")
 
 
-PROBLEMS = ("ok", "error", "out of bounds", "unwritten", "unwritten tail", "index order", "wrong values",
-            "shifted window", "race", "short k loop", "partial k tile", "transposed tile", "edge tiles")
-TOLERANCE = 1e-5  # relative to the largest reference value: float32 rounding is far below it
-GUARD = 64  # elements of guard zone after a vector's end
+def tensor_problem(got: object, reference: torch.Tensor, tolerance: float,
+                   mistakes: Mapping[str, torch.Tensor] = {}) -> str:  # noqa: B006 (read only)
+    """'' if ``got`` agrees with ``reference``; otherwise what is wrong with it, in words."""
+    if got is None:
+        return NOT_ANSWERED
+    if not isinstance(got, torch.Tensor):
+        return f"returned {shown(got)}, not a tensor"
+    expected = tuple(reference.shape)
+    if tuple(got.shape) != expected:
+        said = f"returned shape {tuple(got.shape)}, expected {expected}"
+        if got.dim() == 2 and tuple(got.shape) == expected[::-1]:
+            return f"{said}: transposed?"
+        return said
+    if torch.isnan(got).any():
+        return f"returned {int(torch.isnan(got).sum())} NaN of {got.numel()} elements"
+    if relative_error(got, reference) <= tolerance:
+        return ""
+    for hint, wrong in mistakes.items():
+        if tuple(wrong.shape) == tuple(got.shape) and relative_error(got, wrong) <= tolerance:
+            return f"the values are wrong: {hint}"
+    return f"the values are wrong: a relative error of {relative_error(got, reference):.3g} (at most {tolerance:g})"
+
+
+PROBLEMS = ("ok", "error")  # what any diagnosis can say; a lab's own Diagnosis adds its kinds of mistake
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What a kernel's output showed: ``problem`` is one of :data:`PROBLEMS`, ``detail`` says where.
+    """What a student's code did: ``problem`` is one of :data:`PROBLEMS`, ``detail`` says what was seen.
 
     A lab's grader module makes its own kind by subclassing with its own ``problems``; :func:`grade`
     records any of them as a lab check.
@@ -128,170 +244,6 @@ def first_failure(diagnoses: Iterable[Callable[[], Diagnosis]]) -> Diagnosis:
 
 
 def grade(grader: Grader, name: str, diagnosis: Diagnosis, hints: Mapping[str, str], default: str = "") -> bool:
-    """Record ``diagnosis`` as the check ``name``: PASS, or NOT YET with its detail and the matching hint."""
-    grader.check(name, lambda: diagnosis.ok, diagnosis.hint(hints, default))
-    return diagnosis.ok
-
-
-COVERING = "covering"  # diagnose_scale_add_row's default grid: the one that covers the matrix
-
-
-def grid_problem(blocks: object, threads: tuple[int, int], rows: int, cols: int) -> Diagnosis | None:
-    """A Diagnosis if ``blocks`` is no grid of (x, y) blocks, or one absurdly larger than the matrix."""
-    if (not isinstance(blocks, tuple | list) or len(blocks) != 2
-            or not all(isinstance(b, numbers.Integral) and b >= 1 for b in blocks)):
-        return Diagnosis("error", f"the grid must be two whole numbers of blocks (x, y), got {blocks!r}")
-    if max(blocks[0] * threads[0], blocks[1] * threads[1]) > 2 * max(rows, cols, *threads):
-        return Diagnosis("error", f"a grid of {tuple(blocks)} blocks of {tuple(threads)} threads reaches far past "
-                                  f"a {rows} x {cols} matrix")
-    return None
-
-
-def seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def fresh(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Standard-normal float32 data on the kernels' device, drawn on the CPU (a seed gives the same data anywhere)."""
-    return torch.randn(shape, generator=generator, dtype=torch.float32).to(kernel_mode.device())
-
-
-@dataclass
-class Guarded:
-    """A buffer whose first part (``view``) a kernel may write, followed by a guard zone it must not touch.
-
-    For a matrix the guard is a band of columns to the right and of rows below, and ``view`` is a strided
-    view of the buffer (on a GPU: numba indexes it with its strides, so ``out[row, col]`` one column
-    past the end lands in the guard). The simulator accepts contiguous arrays only, so there a matrix
-    gets no guard; it raises ``IndexError`` on any out-of-bounds index anyway.
-    """
-
-    buffer: torch.Tensor
-    view: torch.Tensor
-    guard_copy: torch.Tensor
-
-    def guard_intact(self) -> bool:
-        return bool(torch.equal(self._guard(), self.guard_copy))
-
-    def _guard(self) -> torch.Tensor:
-        mask = torch.ones_like(self.buffer, dtype=torch.bool)
-        mask[tuple(slice(0, n) for n in self.view.shape)] = False
-        return self.buffer[mask]
-
-
-def guarded(values: torch.Tensor, guard: int | tuple[int, int], generator: torch.Generator) -> Guarded:
-    """``values`` copied into the front of a buffer followed by ``guard`` elements (rows, columns) of random data."""
-    if values.dim() not in (1, 2):
-        raise ValueError(f"values: a vector or a matrix, got {values.dim()} dimensions")
-    guards = (guard,) if isinstance(guard, int) else tuple(guard)
-    if len(guards) != values.dim() or min(guards) < 0:
-        raise ValueError(f"guard: one size >= 0 per dimension of values, got {guard!r}")
-    if values.dim() == 2 and not kernel_mode.on_gpu():
-        guards = (0, 0)  # the simulator needs a contiguous array; it catches out-of-bounds indices itself
-    shape = tuple(n + g for n, g in zip(values.shape, guards, strict=True))
-    buffer = fresh(shape, generator) + 1000.0  # far from any value a kernel of this module's labs writes
-    view = buffer[tuple(slice(0, n) for n in values.shape)]
-    view.copy_(values)
-    result = Guarded(buffer, view, torch.empty(0))
-    result.guard_copy = result._guard().clone()
-    return result
-
-
-_GPULAB = str(Path(__file__).resolve().parents[1])  # the package: its lines are never the kernel's
-_LIBRARIES = tuple(str(Path(p)) for p in {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")})
-
-
-def _kernel_line(error: BaseException) -> str:
-    """' in the line `C[row, col] = total`': the innermost line of the traceback outside the libraries and
-    gpulab, which under the simulator is the kernel's own line; '' if there is none."""
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        if not frame.filename.startswith((*_LIBRARIES, _GPULAB)) and frame.line:
-            return f" in the line `{frame.line}`"
-    return ""
-
-
-def launch(run: Callable[[], object]) -> Diagnosis | None:
-    """Call ``run()`` (which launches a kernel) and wait for it; a Diagnosis if it failed, None if it ran."""
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*under-utilization.*")  # small test grids, on purpose
-            warnings.filterwarnings("ignore", category=RuntimeWarning)  # the simulator's overflow in a wrong kernel
-            run()
-            kernel_mode.synchronize()
-    except IndexError as error:  # the simulator's message names the thread and the index, its traceback the line
-        return Diagnosis("out of bounds", f"a thread indexed past the end of an array{_kernel_line(error)} ({error})")
-    except Exception as error:  # the student's code may fail in any way; the grader reports, never raises
-        return Diagnosis("error", f"the launch failed: {type(error).__name__}: {error}")
-    return None
-
-
-def close_to(actual: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    finite = reference[torch.isfinite(reference)]
-    scale = max(float(finite.abs().max()), 1.0) if finite.numel() else 1.0
-    return (actual - reference).abs() <= TOLERANCE * scale  # NaN compares False
-
-
-def _where(index: torch.Tensor, shape: tuple[int, ...]) -> str:
-    """'index 5' or 'row 3, column 7' for the first flat position in ``index``."""
-    position = int(index[0])
-    if len(shape) == 1:
-        return f"index {position}"
-    return f"row {position // shape[1]}, column {position % shape[1]}"
-
-
-def _span(values: torch.Tensor, noun: str) -> str:
-    """'row 3' or 'rows 3 to 7' for the smallest and largest of ``values``."""
-    low, high = int(values.min()), int(values.max())
-    return f"{noun} {low}" if low == high else f"{noun}s {low} to {high}"
-
-
-def _unwritten_detail(unwritten: torch.Tensor) -> tuple[str, str]:
-    """(problem, detail) for a mask of unwritten elements (1D or 2D)."""
-    count, total = int(unwritten.sum()), unwritten.numel()
-    if count == total:
-        return "unwritten", ("the only element was never written" if total == 1
-                             else f"none of the {total} elements was written")
-    if unwritten.dim() == 1:
-        first = int(unwritten.nonzero()[0])
-        if bool(unwritten[first:].all()):
-            return "unwritten tail", (f"the last {count} of {total} elements (indices {first} to {total - 1}) "
-                                      "were never written")
-        return "unwritten", f"{count} of {total} elements were never written, the first at index {first}"
-    rows = unwritten.any(dim=1).nonzero().flatten()
-    cols = unwritten.any(dim=0).nonzero().flatten()
-    return "unwritten", (f"{count} of {total} elements were never written (in {_span(rows, 'row')}, "
-                         f"{_span(cols, 'column')})")
-
-
-def compare(actual: torch.Tensor, reference: torch.Tensor, unchanged: torch.Tensor | None = None) -> Diagnosis:
-    """Compare a kernel's output with the reference, element by element.
-
-    An element is *unwritten* if it is still NaN (the poison), or still equal to ``unchanged`` (the
-    output's contents before the launch, where it could not be poisoned because it is also an input).
-    """
-    if actual.shape != reference.shape:
-        raise ValueError(f"actual: shape {tuple(actual.shape)} differs from reference {tuple(reference.shape)}")
-    actual, reference = actual.detach().cpu().double(), reference.detach().cpu().double()
-    unwritten = torch.isnan(actual)
-    if unchanged is not None:
-        unwritten |= actual == unchanged.detach().cpu().double()
-    wrong = ~unwritten & ~close_to(actual, reference)
-    if unwritten.any():
-        problem, detail = _unwritten_detail(unwritten)
-        if wrong.any():
-            detail += f", and {int(wrong.sum())} more are wrong"
-        return Diagnosis(problem, detail)
-    if wrong.any():
-        index = wrong.flatten().nonzero().flatten()
-        first = int(index[0])
-        got, expected = float(actual.flatten()[first]), float(reference.flatten()[first])
-        return Diagnosis("wrong values", f"{len(index)} of {actual.numel()} elements are wrong, the first at "
-                                         f"{_where(index, tuple(actual.shape))}: {got:.6g} instead of {expected:.6g}")
-    return Diagnosis("ok", "every element is right")
-
-
-def checked(output: Guarded, reference: torch.Tensor, unchanged: torch.Tensor | None = None) -> Diagnosis:
-    if not output.guard_intact():
-        return Diagnosis("out of bounds", "the kernel wrote past the end of its output (into the guard zone "
-                                          "that follows it in memory)")
-    return compare(output.view, reference, unchanged)
+    """Record ``diagnosis`` as the check ``name``: PASS, or NOT YET with what was seen and the hint for its kind of
+    problem (``hints[problem]``, else ``default``)."""
+    return grader.record(name, "" if diagnosis.ok else diagnosis.detail, hints.get(diagnosis.problem, default))

@@ -15,10 +15,9 @@ from gpulab.ch07_cuda_threads_blocks.threads import blocks_for
 from gpulab.ch08_memory_hierarchy.memory import stencil_reference
 from gpulab.core import kernel_mode
 from gpulab.core.correctness import poisoned
-from gpulab.labs.grading import (
+from gpulab.labs.kernel_grading import (
     COVERING,
     GUARD,
-    Diagnosis,
     checked,
     close_to,
     fresh,
@@ -26,6 +25,9 @@ from gpulab.labs.grading import (
     guarded,
     launch,
     seeded,
+)
+from gpulab.labs.kernel_grading import (
+    KernelDiagnosis as Diagnosis,
 )
 
 

@@ -14,9 +14,8 @@ from gpulab.ch07_cuda_threads_blocks.threads import blocks_for
 from gpulab.core import kernel_mode
 from gpulab.core.correctness import poisoned
 from gpulab.core.validation import fits_in_memory, positive_int
-from gpulab.labs.grading import (
+from gpulab.labs.kernel_grading import (
     COVERING,
-    Diagnosis,
     Guarded,
     checked,
     close_to,
@@ -25,6 +24,9 @@ from gpulab.labs.grading import (
     guarded,
     launch,
     seeded,
+)
+from gpulab.labs.kernel_grading import (
+    KernelDiagnosis as Diagnosis,
 )
 
 MAX_THREADS_PER_BLOCK = 1024  # CUDA's limit, so a block of tile x tile threads has tile <= 32

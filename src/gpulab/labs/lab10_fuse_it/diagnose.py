@@ -30,7 +30,7 @@ from gpulab.ch07_cuda_threads_blocks.threads import blocks_for
 from gpulab.core import kernel_mode
 from gpulab.core.correctness import poisoned
 from gpulab.core.validation import fits_in_memory, positive_int
-from gpulab.labs import grading
+from gpulab.labs import grading, kernel_grading
 from gpulab.labs.lab10_fuse_it.reference import (
     FLOAT_BYTES,
     KERNELS,
@@ -227,13 +227,13 @@ def diagnose_fused(call: Callable, rows: int, cols: int, reach: int = 0, seed: i
     device = kernel_mode.device()
     fits_in_memory("rows and cols", 10 * 8 * (rows + guard[0]) * (cols + guard[1]), device)
     generator = torch.Generator().manual_seed(seed)
-    x = grading.guarded(grading.fresh((rows, cols), generator), guard, generator)
-    bias = grading.guarded(grading.fresh((cols,), generator), guard[1], generator)
-    residual = grading.guarded(grading.fresh((rows, cols), generator), guard, generator)
-    out = grading.guarded(poisoned((rows, cols), torch.float32, device), guard, generator)
+    x = kernel_grading.guarded(kernel_grading.fresh((rows, cols), generator), guard, generator)
+    bias = kernel_grading.guarded(kernel_grading.fresh((cols,), generator), guard[1], generator)
+    residual = kernel_grading.guarded(kernel_grading.fresh((rows, cols), generator), guard, generator)
+    out = kernel_grading.guarded(poisoned((rows, cols), torch.float32, device), guard, generator)
     inputs = {"x": x, "bias": bias, "residual": residual}
     before = {name: t.buffer.clone() for name, t in inputs.items()}
-    failure = grading.launch(lambda: call(*(kernel_mode.device_array(t.view) for t in (x, bias, residual, out))))
+    failure = kernel_grading.launch(lambda: call(*(kernel_mode.device_array(t.view) for t in (x, bias, residual, out))))
     if failure:
         return _as_ours(failure)
     for name, tensor in inputs.items():
@@ -243,10 +243,10 @@ def diagnose_fused(call: Callable, rows: int, cols: int, reach: int = 0, seed: i
     if not out.guard_intact():
         return Diagnosis("out of bounds", "the kernel wrote past the end of out's rows or columns (into the guard "
                                           "zone that follows them in memory)")
-    diagnosis = grading.compare(out.view, reference(x.view, bias.view, residual.view))
+    diagnosis = kernel_grading.compare(out.view, reference(x.view, bias.view, residual.view))
     if diagnosis.problem == "wrong values":
         for problem, (result, what) in mistakes(x.view, bias.view, residual.view).items():
-            if grading.compare(out.view, result).ok:
+            if kernel_grading.compare(out.view, result).ok:
                 return Diagnosis(problem, f"{diagnosis.detail}; {what}")
     return _as_ours(diagnosis)
 
