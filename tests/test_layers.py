@@ -3,8 +3,8 @@
 - ``gpulab.core`` imports nothing of gpulab above it;
 - ``gpulab.kernels`` imports the core;
 - a chapter package ``gpulab.chNN_topic`` imports the core, the kernels, itself and earlier chapters;
-- ``gpulab.labs.grading`` (the framework) imports the core, the kernels and the chapters; a lab's grader
-  imports those, the framework and its own package;
+- ``gpulab.labs.grading`` and ``gpulab.labs.kernel_grading`` (the framework) import the core, the kernels and the
+  chapters; a lab's grader imports those, the framework and its own package;
 - nothing imports a chapter's explorer, and nothing outside a lab's package imports its grader;
 - no import cycle, no module over 500 lines, and a chapter package for every chapter notebook (and no other).
 """
@@ -29,6 +29,7 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+FRAMEWORK = ("grading", "kernel_grading")  # gpulab.labs' grading framework, which every lab's grader may use
 
 
 def imports(path: Path) -> set[str]:
@@ -64,7 +65,7 @@ def layer(module: str) -> tuple[str, int | str]:
     if chapter := re.fullmatch(r"ch(\d\d)_\w+", parts[1]):
         return "chapter", int(chapter.group(1))
     if parts[1] == "labs":
-        if len(parts) == 2 or parts[2] == "grading":
+        if len(parts) == 2 or parts[2] in FRAMEWORK:
             return "grading", 0
         return "lab", ".".join(parts[:3])
     raise AssertionError(f"{module}: not in any layer (core, kernels, chNN_topic, labs)")

@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 import math
 
-import plotly.io as pio
 import pytest
 import torch
 
-from conftest import shown
 from gpulab.ch01_cpus_to_gpus.figures import gpu_comparison_figure
 from gpulab.ch03_blas_levels import blas
-from gpulab.ch03_blas_levels.explorer import roofline_explorer
-from gpulab.ch03_blas_levels.figures import blocking_figure, roofline_explorer_figure
 from gpulab.core import plots, rates, recordings
 from gpulab.core.roofline import Roofline
 
@@ -100,17 +96,10 @@ def test_renderer_emits_plotly_json_and_html():
     assert any("out of memory at 2" in a.text for a in fig.layout.annotations)
 
 
-def test_roofline_figures():
+def test_roofline_figure_draws_a_roof_per_dtype_and_the_points():
     roof = Roofline("gpu", 1e12, {"float32": 5e13, "float16": 4e14})
     points = [rates.measure_blas("gemm", 32, "float32")]
     assert len(plots.roofline_figure(roof, points).data) == 3  # two roofs, one point
-    explorer = roofline_explorer_figure(roof, points + [rates.measure_blas("gemm", 32, "float16")], title="x")
-    assert [b.label for b in explorer.layout.updatemenus[0].buttons] == ["float32", "float16"]
-    blocking = blocking_figure([{"block": 4, "intensity": 1.0, "gflops": 900.0, "dtype": "float32"},
-                                      {"block": 64, "intensity": 16.0, "gflops": 9000.0, "dtype": "float32"}],
-                                     roof, title="b")
-    measured, bound = blocking.data
-    assert list(bound.y) == [1000.0, 16000.0]  # min(P, B q) with B = 1e12 B/s and P = 5e13 FLOP/s
 
 
 def test_shared_figures_title_every_axis():
@@ -122,25 +111,6 @@ def test_shared_figures_title_every_axis():
     table = {g: [{"metric": "peak float16", "value": v, "peak": True}] for g, v in (("A", 1.0), ("B", 2.0))}
     comparison = gpu_comparison_figure(table, "A", "B", title="c").layout
     assert comparison.xaxis.title.text and comparison.yaxis.title.text
-
-
-def test_explorer_measures_on_click_and_survives_bad_input(monkeypatch):
-    monkeypatch.setattr(pio.renderers, "default", plots.TEMPLATE)  # the renderer a kernel uses
-    roof = Roofline("cpu", 1e10, {"float32": 1e11})
-    explorer = roofline_explorer(roof, sizes=[16, 32], dtypes=["float32", "float16"])
-    controls, output = explorer.children
-    op, size, dtype, button = controls.children
-    assert list(dtype.options) == ["float32"]  # only dtypes with a measured peak
-    button.click()
-    text, figures = shown(output)
-    assert text == "" and len(figures) == 1
-    assert "gemm n=32 float32" in json.dumps(figures[0])  # the measured point, drawn on the roofline
-    size.options = [16, 10**7]
-    size.value = 10**7
-    button.click()
-    text, figures = shown(output)
-    assert text.startswith("Not measured: n: needs") and len(figures) == 1  # the earlier point stays drawn
-    assert output.msg_id == ""  # results are set as state, never captured (see gpulab.core.widgets)
 
 
 def test_dot_check_is_relative_to_the_sum_of_magnitudes():

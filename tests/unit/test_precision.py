@@ -270,10 +270,16 @@ def test_bit_layout_figure_draws_every_bit():
 
 def test_rounding_explorer_shows_every_format():
     explorer = rounding_explorer("0.1")
-    number, output = explorer.children
+    [number], output = explorer.children[0].children, explorer.children[-1]
     text = shown(output)[0]
     assert "0.0999755859375" in text  # 0.1 in float16 and tf32
     assert all(name in text for name in ("float64", "float32", "tf32", "bfloat16", "float16"))
+    assert len(output.outputs) == 2 and "<table>" in output.outputs[1]["data"]["text/html"]  # a sentence, a table
+    number.value = "1e-8"
+    float16 = next(line for line in shown(output)[0].splitlines() if line.startswith("float16"))
+    assert float16.split()[1:3] == ["0", "1"] and float16.endswith("underflow to 0")
+    number.value = "nan"
+    assert "NaN stays NaN in every format" in shown(output)[0]
     number.value = "oops"
     assert len(output.outputs) == 1  # the table is replaced by the complaint, not added to
     assert shown(output)[0].startswith("Not a number: ") and "oops" in shown(output)[0]

@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as w
 
 from gpulab.ch02_number_formats import formats
-from gpulab.core.widgets import render, show
+from gpulab.core.tables import Column, table
+from gpulab.core.widgets import assemble, render
 
 
 def rounding_explorer(value: str = "0.1") -> w.Widget:
-    """Type a number: how each format of :mod:`gpulab.core.precision` stores it, with its relative error and spacing."""
-
+    """Type a number: how each format of :mod:`gpulab.core.precision` stores it, with its relative error and the
+    spacing of the format around it. Pure arithmetic: it answers without a GPU."""
     number = w.Text(value=value, description="number", continuous_update=False)
     output = w.Output()
 
-    def refresh(_change=None) -> None:
+    def update(_change=None) -> None:
         try:
             rows = formats.rounding_table(number.value)
         except ValueError as error:
-            render(output, f"Not a number: {error}\n")
+            render(output, f"Not a number: {error}")
             return
-        lines = [f"{'format':>14} {'stored as':>24} {'relative error':>15} {'spacing there':>14}"]
-        for r in rows:
-            lines.append(f"{r['format']:>14} {r['stored']:>24.17g} {r['relative_error']:>15.3g} "
-                         f"{r['spacing']:>14.3g}  {r['note']}")
-        render(output, "\n".join(lines) + "\n")
+        said = f"{number.value} as each format stores it:"
+        if math.isnan(float(number.value)):
+            said += " NaN stays NaN in every format, with no error or spacing to give (the dashes)."
+        render(output, said, table=table(rows, [
+            Column("format"), Column("stored", "stored as", format=".17g"),
+            Column("relative_error", "relative error", format=".3g"),
+            Column("spacing", "spacing there", format=".3g"), Column("note", "")]))
 
-    number.observe(refresh, names="value")
-    refresh()
-    explorer = w.VBox([number, output])
-    show(explorer)
-    return explorer
+    return assemble([[number]], output, update)

@@ -75,3 +75,17 @@ def rounding_table(value: float) -> list[dict]:
         spacing = fmt.spacing(value) if abs(value) <= fmt.largest else float("nan")  # none beyond the range
         rows.append({"format": name, "stored": stored, "relative_error": error, "spacing": spacing, "note": note})
     return rows
+
+
+def check_against_finfo() -> list[str]:
+    """Hold each storage format's derived epsilon, smallest normal and largest number to ``torch.finfo``'s, exactly;
+    AssertionError naming the first that differs. Returns the formats checked (tf32 has no storage type)."""
+    checked = []
+    for fmt in FORMATS.values():
+        if fmt.dtype is None:
+            continue
+        info = torch.finfo(fmt.dtype)
+        if (fmt.epsilon, fmt.smallest_normal, fmt.largest) != (info.eps, info.tiny, info.max):
+            raise AssertionError(f"{fmt.name}: derived values differ from torch.finfo")
+        checked.append(fmt.name)
+    return checked

@@ -1,32 +1,93 @@
-"""Chapter 03's figures: blocking on the roofline, and recorded BLAS calls explored on it."""
+"""Chapter 03's figures and tables: the BLAS's costs, and the recorded runs of the roofline's ceilings, of the three
+levels and of blocking (each recorded GPU behind a menu, or in the rows of a table)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import plotly.graph_objects as go
 
+from gpulab.core import flops, plots, rates
 from gpulab.core.plots import PALETTE, _add_roofs, add_sweep, hover_text, sweep_figure
+from gpulab.core.recordings import Recording
 from gpulab.core.roofline import Roofline
 from gpulab.core.sweep import ok_rows
+from gpulab.core.tables import Column, Table, table
 
 
-def blocking_figure(rows: Iterable[dict], roofline: Roofline, *, title: str) -> go.Figure:
-    """Measured rate of the blocked GEMM against block size, with the roofline's bound min(P, B q) drawn over it."""
-    rows = list(rows)
-    fig = sweep_figure(rows, "block", "gflops", name="measured", log_x=True, log_y=True,
-                       hover=("block", "intensity", "gflops", "seconds"), title=title,
-                       x_title="block size b", y_title="GFLOP/s")
-    bound = [{"block": r["block"], "gflops": roofline.attainable(r["intensity"], r["dtype"]) / 1e9}
-             for r in ok_rows(rows)]
-    return add_sweep(fig, bound, "block", "gflops", name="roofline bound", dash="dash")
+def by_gpu_and_choice(runs: Sequence[Recording], figure: Callable[[Recording], go.Figure]) -> go.Figure:
+    """Like :func:`gpulab.core.plots.by_gpu` for figures that have a menu of their own (a number format, a tile):
+    one menu whose entries are each GPU's entries ('H200: float16'), each showing that GPU's traces as its own menu
+    entry would. With one run it is that run's figure, its menu as it was."""
+    figures = [figure(run) for run in runs]
+    if len(figures) <= 1:
+        return figures[0] if figures else plots.by_gpu([], figure)
+    combined = go.Figure(layout=figures[0].layout)
+    owner = []
+    for i, part in enumerate(figures):
+        for trace in part.data:
+            combined.add_trace(trace)
+            owner.append(i)
+    buttons = []
+    for i, (run, part) in enumerate(zip(runs, figures, strict=True)):
+        choices = part.layout.updatemenus[0].buttons if part.layout.updatemenus else [None]
+        for choice in choices:
+            own = list(choice.args[0]["visible"]) if choice else [t.visible is not False for t in part.data]
+            shown = iter(own)
+            layout = {"title.text": part.layout.title.text, "annotations": part.layout.annotations or [],
+                      "shapes": part.layout.shapes or [], **(choice.args[1] if choice and len(choice.args) > 1
+                                                             else {})}
+            buttons.append(dict(label=run.short_label + (f": {choice.label}" if choice else ""), method="update",
+                                args=[{"visible": [next(shown) if o == i else False for o in owner]}, layout]))
+    for trace, visible in zip(combined.data, buttons[0]["args"][0]["visible"], strict=True):
+        trace.visible = visible
+    combined.update_layout(**{k: v for k, v in buttons[0]["args"][1].items() if k != "title.text"})
+    combined.layout.updatemenus = [dict(type="dropdown", buttons=buttons, direction="down", showactive=True, active=0,
+                                        x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))]
+    combined.update_layout(margin=dict(t=110))
+    return combined
 
 
-def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title: str) -> go.Figure:
-    """A static explorer: a dropdown picks the dtype; each op's recorded sizes sit on that dtype's roofline.
+def _pair(runs: Sequence[Recording], ceilings: Sequence[Recording]) -> list[tuple[Recording, Roofline]]:
+    """Each run with the roofline of its GPU's ceilings (runs whose GPU has none are left out)."""
+    roofs = {c.device_name: Roofline.from_rows(c.rows, c.device_name) for c in ceilings}
+    return [(run, roofs[run.device_name]) for run in runs if run.device_name in roofs]
 
-    It works in the static book with no kernel, since every variant is in the figure already.
-    """
+
+def costs_table(n: int, dtype: str = "float32") -> Table:
+    """The FLOP, the fewest bytes and the arithmetic intensity of each BLAS operation at size ``n``."""
+    rows = [{"op": op, "level": rates.LEVEL[op], "gflop": flops.blas(op, n, dtype).flops / 1e9,
+             "mb": flops.blas(op, n, dtype).bytes / 1e6, "intensity": flops.blas(op, n, dtype).intensity}
+            for op in rates.OPS]
+    return table(rows, [Column("op", "operation"), Column("level"), Column("gflop", "work", "GFLOP", ",.4g"),
+                        Column("mb", "moved", "MB", ",.4g"), Column("intensity", "intensity", "FLOP/byte", ",.2f")],
+                 caption=f"n = {n:,}, {dtype}")
+
+
+# ---- the ceilings ------------------------------------------------------------------------------------------------
+
+def ceilings_table(runs: Sequence[Recording]) -> Table:
+    """Per GPU and number format: the measured gemm rate, the copy bandwidth and the ridge point between them."""
+    rows = []
+    for run in runs:
+        roof = Roofline.from_rows(run.rows, run.device_name)
+        rows += [{"gpu": run.short_label, "dtype": dtype, "peak": peak / 1e12, "bandwidth": roof.bandwidth / 1e9,
+                  "ridge": roof.ridge(dtype)} for dtype, peak in roof.peaks.items()]
+    return table(rows, [Column("gpu", "GPU"), Column("dtype", "number format"),
+                        Column("peak", "gemm", "TFLOP/s", ",.2f"), Column("bandwidth", "copy", "GB/s", ",.0f"),
+                        Column("ridge", "ridge point", "FLOP/byte", ",.1f")])
+
+
+def roofline_figure(runs: Sequence[Recording]) -> go.Figure:
+    """Per GPU: the roofline of its measured ceilings, one roof per number format."""
+    return plots.by_gpu(runs, lambda run: plots.roofline_figure(Roofline.from_rows(run.rows, run.device_name),
+                                                                  title=f"Roofline of {run.label}"))
+
+
+# ---- the three levels ------------------------------------------------------------------------------------------
+
+def _levels(roofline: Roofline, rows: Iterable[dict], *, title: str) -> go.Figure:
+    """A menu picks the number format; each operation's recorded sizes sit on that format's roofline."""
     rows = ok_rows(rows)
     dtypes = [d for d in roofline.peaks if any(r["dtype"] == d for r in rows)]
     fig = go.Figure()
@@ -51,3 +112,72 @@ def roofline_explorer_figure(roofline: Roofline, rows: Iterable[dict], *, title:
         yaxis=dict(type="log", title="rate (GFLOP/s)"),
     )
     return fig
+
+
+def levels_figure(ceilings: Sequence[Recording], levels: Sequence[Recording]) -> go.Figure:
+    """Per GPU and number format (one menu): every operation's sizes on that GPU's roofline. Every variant is in
+    the figure, so the menu works on the static page."""
+    roofs = {run.device_name: roof for run, roof in _pair(ceilings, ceilings)}
+    runs = [run for run in levels if run.device_name in roofs]
+    return by_gpu_and_choice(runs, lambda run: _levels(roofs[run.device_name], run.rows,
+                                                       title=f"BLAS levels on {run.label}"))
+
+
+def float32_figure(levels: Sequence[Recording]) -> go.Figure:
+    """Per GPU: the float32 rate of each operation against its size."""
+    def figure(run: Recording) -> go.Figure:
+        rows = [r for r in run.rows if r.get("dtype") == "float32"]
+        return sweep_figure(rows, "n", "gflops", color="op", log_x=True, log_y=True,
+                            hover=("op", "n", "seconds", "gbytes_per_s"),
+                            title=f"float32 rate against size: {run.label}",
+                            x_title="n (elements or matrix order)", y_title="GFLOP/s")
+    return plots.by_gpu(levels, figure)
+
+
+def best_float32_table(levels: Sequence[Recording]) -> Table:
+    """Per GPU and operation: the best float32 rate of the sweep, the size that reached it and its bandwidth."""
+    rows = []
+    for run in levels:
+        for op in rates.OPS:
+            good = [r for r in ok_rows(run.rows) if r["op"] == op and r["dtype"] == "float32"]
+            if good:
+                rows.append({"gpu": run.short_label, **max(good, key=lambda r: r["gflops"])})
+    return table(rows, [Column("gpu", "GPU"), Column("op", "operation"),
+                        Column("gflops", "best float32 rate", "GFLOP/s", ",.1f"), Column("n", "at n", format=",d"),
+                        Column("gbytes_per_s", "bandwidth", "GB/s", ",.0f")])
+
+
+# ---- blocking ----------------------------------------------------------------------------------------------------
+
+def _blocking(rows: Iterable[dict], roofline: Roofline, *, title: str) -> go.Figure:
+    """Measured rate of the blocked GEMM against block size, with the roofline's bound min(P, B q) drawn over it."""
+    rows = list(rows)
+    fig = sweep_figure(rows, "block", "gflops", name="measured", log_x=True, log_y=True,
+                       hover=("block", "intensity", "gflops", "seconds"), title=title,
+                       x_title="block size b", y_title="GFLOP/s")
+    bound = [{"block": r["block"], "gflops": roofline.attainable(r["intensity"], r["dtype"]) / 1e9}
+             for r in ok_rows(rows)]
+    return add_sweep(fig, bound, "block", "gflops", name="roofline bound", dash="dash")
+
+
+def blocking_figure(runs: Sequence[Recording], ceilings: Sequence[Recording]) -> go.Figure:
+    """Per GPU: the blocked GEMM's rate against the block size, under the bound of that GPU's roofline."""
+    pairs = _pair(runs, ceilings)
+    roofs = {run.device_name: roof for run, roof in pairs}
+    return plots.by_gpu([run for run, _ in pairs], lambda run: _blocking(
+        run.rows, roofs[run.device_name],
+        title=f"Blocked GEMM, n = {run.params['n']:,}, {run.params['dtype']}: {run.label}"))
+
+
+def blocking_table(runs: Sequence[Recording], ceilings: Sequence[Recording]) -> Table:
+    """Per GPU and block size: the intensity q, the measured rate, and its share of the roofline's bound."""
+    rows = []
+    for run, roof in _pair(runs, ceilings):
+        for r in ok_rows(run.rows):
+            bound = roof.attainable(r["intensity"], r["dtype"]) / 1e9
+            rows.append({"gpu": run.short_label, **r, "share": r["gflops"] / bound, "bound": bound,
+                         "limit": roof.bound(r["intensity"], r["dtype"])})
+    return table(rows, [Column("gpu", "GPU"), Column("block", "block b"),
+                        Column("intensity", "q", "FLOP/byte", ",.1f"), Column("gflops", "rate", "GFLOP/s", ",.0f"),
+                        Column("bound", "roofline bound", "GFLOP/s", ",.0f"),
+                        Column("share", "of the bound", format=".0%"), Column("limit", "the bound is")])
