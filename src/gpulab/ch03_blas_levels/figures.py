@@ -3,7 +3,7 @@ levels and of blocking (each recorded GPU behind a menu, or in the rows of a tab
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
@@ -13,39 +13,6 @@ from gpulab.core.recordings import Recording
 from gpulab.core.roofline import Roofline
 from gpulab.core.sweep import ok_rows
 from gpulab.core.tables import Column, Table, table
-
-
-def by_gpu_and_choice(runs: Sequence[Recording], figure: Callable[[Recording], go.Figure]) -> go.Figure:
-    """Like :func:`gpulab.core.plots.by_gpu` for figures that have a menu of their own (a number format, a tile):
-    one menu whose entries are each GPU's entries ('H200: float16'), each showing that GPU's traces as its own menu
-    entry would. With one run it is that run's figure, its menu as it was."""
-    figures = [figure(run) for run in runs]
-    if len(figures) <= 1:
-        return figures[0] if figures else plots.by_gpu([], figure)
-    combined = go.Figure(layout=figures[0].layout)
-    owner = []
-    for i, part in enumerate(figures):
-        for trace in part.data:
-            combined.add_trace(trace)
-            owner.append(i)
-    buttons = []
-    for i, (run, part) in enumerate(zip(runs, figures, strict=True)):
-        choices = part.layout.updatemenus[0].buttons if part.layout.updatemenus else [None]
-        for choice in choices:
-            own = list(choice.args[0]["visible"]) if choice else [t.visible is not False for t in part.data]
-            shown = iter(own)
-            layout = {"title.text": part.layout.title.text, "annotations": part.layout.annotations or [],
-                      "shapes": part.layout.shapes or [], **(choice.args[1] if choice and len(choice.args) > 1
-                                                             else {})}
-            buttons.append(dict(label=run.short_label + (f": {choice.label}" if choice else ""), method="update",
-                                args=[{"visible": [next(shown) if o == i else False for o in owner]}, layout]))
-    for trace, visible in zip(combined.data, buttons[0]["args"][0]["visible"], strict=True):
-        trace.visible = visible
-    combined.update_layout(**{k: v for k, v in buttons[0]["args"][1].items() if k != "title.text"})
-    combined.layout.updatemenus = [dict(type="dropdown", buttons=buttons, direction="down", showactive=True, active=0,
-                                        x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))]
-    combined.update_layout(margin=dict(t=110))
-    return combined
 
 
 def _pair(runs: Sequence[Recording], ceilings: Sequence[Recording]) -> list[tuple[Recording, Roofline]]:
@@ -119,7 +86,7 @@ def levels_figure(ceilings: Sequence[Recording], levels: Sequence[Recording]) ->
     the figure, so the menu works on the static page."""
     roofs = {run.device_name: roof for run, roof in _pair(ceilings, ceilings)}
     runs = [run for run in levels if run.device_name in roofs]
-    return by_gpu_and_choice(runs, lambda run: _levels(roofs[run.device_name], run.rows,
+    return plots.by_gpu(runs, lambda run: _levels(roofs[run.device_name], run.rows,
                                                        title=f"BLAS levels on {run.label}"))
 
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from gpulab.ch03_blas_levels.figures import by_gpu_and_choice
 from gpulab.ch04_mlp_gemms import waves
 from gpulab.ch04_mlp_gemms.waves import TILE_MODELS, predicted_rows, tile_label, wave_steps
 from gpulab.core import env, flops, plots
@@ -174,7 +173,7 @@ def _sms(run: Recording) -> int:
 
 def batch_figure(runs: Sequence[Recording]) -> go.Figure:
     """Per GPU and tile model (one menu): the forward GEMM's rate against the batch, with the model over it."""
-    return by_gpu_and_choice(runs, lambda run: quantization_figure(
+    return plots.by_gpu(runs, lambda run: quantization_figure(
         run.rows, "batch", sms=_sms(run), vary="n", x_title="batch size (N)",
         title=f"Linear layer forward GEMM, {run.params['inputs']} inputs and {run.params['outputs']} outputs, "
               f"against batch: {run.label}"))
@@ -182,7 +181,7 @@ def batch_figure(runs: Sequence[Recording]) -> go.Figure:
 
 def outputs_figure(runs: Sequence[Recording]) -> go.Figure:
     """Per GPU and tile model (one menu): the forward GEMM's rate against the outputs, with the model over it."""
-    return by_gpu_and_choice(runs, lambda run: quantization_figure(
+    return plots.by_gpu(runs, lambda run: quantization_figure(
         [r for r in run.rows if r["vary"] == "outputs"], "outputs", sms=_sms(run), vary="m", x_title="outputs (M)",
         title=f"Linear layer forward GEMM, batch {run.params['batch']}, {run.params['fixed']} inputs, against "
               f"outputs: {run.label}"))

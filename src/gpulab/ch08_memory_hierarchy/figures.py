@@ -62,20 +62,6 @@ def kernel_resources(files: Sequence[str]) -> Table:
                         Column("spills", "spills", "B")], caption=f"compiled for {report.arch}")
 
 
-def host_copies_figure(runs: Sequence[Recording]) -> go.Figure:
-    def figure(run: Recording) -> go.Figure:
-        rows = [{**r, "copy": f"{r['direction']}, {r['memory']}"} for r in run.rows]
-        fig = plots.sweep_figure(rows, "nbytes", "gbytes_per_s", color="copy", log_x=True,
-                                 title=f"Host-device copies: {run.label}", x_title="bytes copied", y_title="GB/s",
-                                 hover=("direction", "memory", "nbytes", "seconds", "gbytes_per_s"))
-        row = specs.find(run.device_name)
-        if row is not None:
-            fig.add_hline(y=row.pcie_gb_s, line_dash="dash", annotation_text=(
-                f"PCIe {row.pcie_generation}.0 x16: {row.pcie_gb_s:.0f} GB/s per direction"))
-        return fig
-    return plots.by_gpu(runs, figure)
-
-
 def _best_rate(rows: Sequence[dict], direction: str, memory_kind: str) -> float:
     """The best bandwidth (bytes/s) of host-device copies of one direction and one kind of host memory."""
     return 1e9 * max(r["gbytes_per_s"] for r in rows

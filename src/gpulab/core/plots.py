@@ -127,9 +127,10 @@ def hover_text(row: dict, keys: Sequence[str]) -> str:
 
 
 def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
-    """One figure for several GPUs' runs of an experiment: ``figure(run)`` for each, and a menu that picks the GPU
-    (the first one shown). With one run it is that run's figure. Each run's title, annotations and shapes come with
-    its traces when it is picked."""
+    """One figure for several GPUs' runs of an experiment: ``figure(run)`` for each, and one menu that picks the GPU
+    (the first one shown). A figure with a menu of its own (a format, a tile) keeps its choices: the menu then lists
+    each GPU's ('H200: float16'). With one run it is that run's figure, its own menu as it was. Each entry brings
+    its run's title, annotations and shapes with its traces."""
     figures = [figure(run) for run in runs]
     if len(figures) <= 1:
         return figures[0] if figures else go.Figure(layout=dict(title="No recording yet"))
@@ -139,17 +140,22 @@ def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
         for trace in part.data:
             combined.add_trace(trace)
             owner.append(i)
-    shown = [trace.visible if trace.visible is not None else True for trace in combined.data]
-    for j, trace in enumerate(combined.data):
-        trace.visible = shown[j] if owner[j] == 0 else False
-    buttons = [dict(label=run.short_label, method="update", args=[
-        {"visible": [shown[j] if owner[j] == i else False for j in range(len(owner))]},
-        {"title.text": wrapped_title(part.layout.title.text), "annotations": part.layout.annotations or [],
-         "shapes": part.layout.shapes or []}]) for i, (run, part) in enumerate(zip(runs, figures, strict=True))]
-    combined.update_layout(updatemenus=[dict(type="dropdown", buttons=buttons, direction="down", showactive=True,
-                                             x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))],
-                           margin=dict(t=110))
-    combined.update_layout(title=dict(y=0.97, yanchor="top"))
+    buttons = []
+    for i, (run, part) in enumerate(zip(runs, figures, strict=True)):
+        choices = part.layout.updatemenus[0].buttons if part.layout.updatemenus else [None]
+        for choice in choices:
+            own = iter(choice.args[0]["visible"] if choice else [t.visible is not False for t in part.data])
+            layout = {"title.text": wrapped_title(part.layout.title.text), "annotations": part.layout.annotations or [],
+                      "shapes": part.layout.shapes or [],
+                      **(choice.args[1] if choice is not None and len(choice.args) > 1 else {})}
+            buttons.append(dict(label=run.short_label + (f": {choice.label}" if choice else ""), method="update",
+                                args=[{"visible": [next(own) if o == i else False for o in owner]}, layout]))
+    for trace, visible in zip(combined.data, buttons[0]["args"][0]["visible"], strict=True):
+        trace.visible = visible
+    combined.update_layout(**{k: v for k, v in buttons[0]["args"][1].items() if k != "title.text"})
+    combined.layout.updatemenus = [dict(type="dropdown", buttons=buttons, direction="down", showactive=True, active=0,
+                                        x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))]
+    combined.update_layout(margin=dict(t=110), title=dict(y=0.97, yanchor="top"))
     return combined
 
 

@@ -321,7 +321,7 @@ def summary(device: torch.device | None = None) -> str:
     """What the book knows about the device in use: its row and peaks, or, for another GPU, the driver's report."""
     info = env.describe(device)
     if info.kind != "cuda":
-        return f"No GPU here ({info.name}): the chapters compare with the GPUs of the table instead."
+        return "No GPU here: the chapters compare with the GPUs of the table instead."
     row = present(device)
     if row is not None:
         return describe(row)

@@ -25,12 +25,14 @@ CELL = "padding:0.25em 0.7em;vertical-align:top"  # inline, so that the table re
 @dataclass(frozen=True)
 class Column:
     """One column: ``key`` of the rows, its ``header`` (with ``unit`` appended in parentheses), and how to format
-    a value: a format spec for numbers (``",.0f"``, ``".1%"``, ``".3g"``) or a function."""
+    a value: a format spec for numbers (``",.0f"``, ``".1%"``, ``".3g"``) or a function. A missing value (None) is a
+    dash; a NaN is 'NaN'."""
 
     key: str
     header: str = ""
     unit: str = ""
     format: Format = ""
+    align: str = ""  # "right" or "left"; by default numbers go right, anything else left
 
     @property
     def title(self) -> str:
@@ -38,8 +40,10 @@ class Column:
         return f"{header} ({self.unit})" if self.unit else header
 
     def text(self, value: object) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if value is None:
             return MISSING
+        if isinstance(value, float) and math.isnan(value):
+            return "NaN"
         if callable(self.format):
             return self.format(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -91,8 +95,9 @@ class Table:
 def table(rows: Iterable[dict], columns: Sequence[Column | str], *, caption: str = "") -> Table:
     """``rows`` as a table of ``columns``; a column is numeric (right-aligned) when its values are numbers."""
     rows, columns = list(rows), _columns(columns)
-    numeric = [all(isinstance(r.get(c.key), int | float) and not isinstance(r.get(c.key), bool)
-                   for r in rows if r.get(c.key) is not None) for c in columns]
+    numeric = [c.align == "right" or (c.align != "left" and all(
+        isinstance(r.get(c.key), int | float) and not isinstance(r.get(c.key), bool)
+        for r in rows if r.get(c.key) is not None)) for c in columns]
     return Table([c.title for c in columns], [[c.text(r.get(c.key)) for c in columns] for r in rows],
                  numeric=numeric, caption=caption)
 
