@@ -1,7 +1,10 @@
 """`make gpu-run`: on a GPU machine, execute every notebook at full size and refresh the recordings.
 
 Each chapter and lab solution runs under papermill with its default (full) parameters and
-``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``.
+``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``. The time of each
+notebook, and of its slowest cells, goes to ``results/<gpu>/gpu_run/<profile>.json`` (the book's predicted times are
+checked against it). ``--profile class`` runs the class profile instead (``PROFILE = "class"``: sizes a class can
+wait for), which records only its times.
 The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
 with the next (its earlier cells' recordings are saved). Then what needs a real GPU besides the notebooks:
 every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
@@ -11,11 +14,14 @@ if their medians differ by more than 3%), and a sweep that must survive a genuin
     python tools/gpu_run.py                 # everything
     python tools/gpu_run.py 03 lab_07       # only the notebooks whose names contain 03 or lab_07, then the checks
     python tools/gpu_run.py --no-notebooks  # only the GPU unit tests and the checks
+    python tools/gpu_run.py --profile class --no-checks   # the class profile's times, nothing else
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +32,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import nbformat  # noqa: E402
 import papermill  # noqa: E402
 import torch  # noqa: E402
 
@@ -58,33 +65,68 @@ def gpu_unit_tests() -> bool:
     return result.returncode == 0
 
 
+def slowest_cells(path: Path, count: int = 5) -> list[dict]:
+    """The ``count`` slowest cells of an executed notebook: their index, seconds and first line."""
+    cells = [(i, c.metadata.get("papermill", {}).get("duration") or 0.0, c.source.strip().splitlines()[:1])
+             for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.cell_type == "code"]
+    return [{"cell": i, "seconds": round(t, 2), "first_line": (line or [""])[0][:100]}
+            for i, t, line in sorted(cells, key=lambda c: -c[1])[:count]]
+
+
+def save_times(profile: str, times: list[dict]) -> Path:
+    """``results/<gpu>/gpu_run/<profile>.json``: each notebook's seconds and slowest cells, with the machine."""
+    info = env.describe()
+    folder = recordings.results_dir() / env.slugify(info.name) / "gpu_run"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{profile}.json"
+    path.write_text(json.dumps({
+        "profile": profile, "total_seconds": round(sum(t["seconds"] for t in times), 1), "notebooks": times,
+        "device": info.as_dict(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git_commit": os.environ.get("GPULAB_GIT_COMMIT"),
+    }, indent=1) + "\n")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="run only the notebooks whose file names contain one of these")
     parser.add_argument("--no-notebooks", action="store_true", help="skip the notebooks: tests and checks only")
+    parser.add_argument("--no-checks", action="store_true", help="skip the GPU unit tests and the checks")
+    parser.add_argument("--profile", choices=("full", "class"), default="full",
+                        help="the notebooks' sizes: full (recorded) or class (times only)")
     args = parser.parse_args()
     if not env.has_gpu():
         print("make gpu-run needs a CUDA GPU; this machine has none.")
         return 2
-    os.environ["GPULAB_RECORD"] = "1"
+    if args.profile == "full":
+        os.environ["GPULAB_RECORD"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     print(banner(), flush=True)
-    out = ROOT / "_build" / "gpu-run"
+    out = ROOT / "_build" / "gpu-run" / args.profile
     out.mkdir(parents=True, exist_ok=True)
     notebooks = [] if args.no_notebooks else sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(
         ROOT.glob("labs/solutions/*.ipynb"))
-    failed = []
+    failed, times = [], []
     for path in notebooks:
         if args.only and not any(name in path.name for name in args.only):
             continue
         start = time.perf_counter()
         try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
-            papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False)
+            papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False,
+                                       parameters={"PROFILE": args.profile})
             status = "ok"
         except papermill.PapermillExecutionError as error:
             failed.append(path.name)
             status = f"FAILED in cell {error.exec_count}: {error.ename}: {error.evalue}"
-        print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:6.1f} s  {status}", flush=True)
+        seconds = time.perf_counter() - start
+        times.append({"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status,
+                      "slowest_cells": slowest_cells(out / path.name) if (out / path.name).exists() else []})
+        print(f"{path.relative_to(ROOT)}: {seconds:6.1f} s  {status}", flush=True)
+    if times:
+        written = save_times(args.profile, times)
+        print(f"notebooks: {sum(t['seconds'] for t in times):.0f} s in all; times in {written}")
+    if args.no_checks:
+        return 1 if failed else 0
 
     if not gpu_unit_tests():
         failed.append("GPU unit tests")

@@ -110,6 +110,43 @@ def to_torch(weight: torch.Tensor, bias: torch.Tensor, hidden: int) -> dict[str,
             "bias_ih": bias[order].contiguous(), "bias_hh": torch.zeros_like(bias)}
 
 
+def lstm_cell_by_gates(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step gate by gate, eight small products as the course's equations are written: the same
+    ``weight`` (``4H x (H + D)``, see :func:`stack_weights`) and ``bias`` as :func:`lstm_cell`, cut into each gate's
+    ``U_g`` and ``W_g``. Returns the new output and state."""
+    hidden = h.shape[-1]
+    U = {g: weight[k * hidden:(k + 1) * hidden, :hidden] for k, g in enumerate(GATES)}
+    W = {g: weight[k * hidden:(k + 1) * hidden, hidden:] for k, g in enumerate(GATES)}
+    b = dict(zip(GATES, bias.chunk(4), strict=True))
+    pre = {g: x @ W[g].T + h @ U[g].T + b[g] for g in GATES}
+    a, i, f, o = torch.tanh(pre["a"]), torch.sigmoid(pre["i"]), torch.sigmoid(pre["f"]), torch.sigmoid(pre["o"])
+    c_new = a * i + f * c
+    return torch.tanh(c_new) * o, c_new
+
+
+def compare_cell_forms(batch: int = 8, inputs: int = 10, hidden: int = 16, tolerance: float = 1e-12) -> list[dict]:
+    """One step of a random ``torch.nn.LSTMCell`` (float64) computed gate by gate (:func:`lstm_cell_by_gates`) and
+    as one stacked GEMM (:func:`lstm_cell`) on its weights (:func:`from_torch`): a row per form with its largest
+    difference from the cell's own output and state; AssertionError above ``tolerance``."""
+    batch, inputs, hidden = (positive_int(k, v) for k, v in (("batch", batch), ("inputs", inputs),
+                                                              ("hidden", hidden)))
+    cell = torch.nn.LSTMCell(inputs, hidden, dtype=torch.float64)
+    x, h, c = (torch.randn(batch, n, dtype=torch.float64) for n in (inputs, hidden, hidden))
+    weight, bias = from_torch(cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    rows = []
+    with torch.no_grad():
+        h_torch, c_torch = cell(x, (h, c))
+        forms = {"gate by gate": lstm_cell_by_gates(x, h, c, weight, bias),
+                 "one stacked GEMM": lstm_cell(x, h, c, weight, bias)[:2]}
+        for name, (h_ours, c_ours) in forms.items():
+            difference = max((h_ours - h_torch).abs().max().item(), (c_ours - c_torch).abs().max().item())
+            if not difference < tolerance:
+                raise AssertionError(f"{name} differs from nn.LSTMCell by {difference:.2e}")
+            rows.append({"form": name, "weight": str(tuple(weight.shape)), "difference": difference})
+    return rows
+
+
 
 
 
