@@ -1,0 +1,50 @@
+"""The time model of gpulab.core.budget: a call's roofline time, the timer's repeats, a profile that fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulab.core import budget, specs
+from gpulab.core.budget import Plan, Work
+
+T4, H100 = specs.gpu("T4"), specs.gpu("H100 SXM5 80GB")
+
+
+def test_a_call_takes_its_roofline_time_derated():
+    gemm = Work("gemm", flops=2 * 4096**3, bytes=3 * 4 * 4096**2)
+    peak = specs.peak(T4, "float32").ops_per_s
+    assert gemm.call_seconds(T4) == pytest.approx(2 * 4096**3 / (peak * budget.COMPUTE_EFFICIENCY))
+    copy = Work("copy", bytes=2 * 2**30)
+    assert copy.call_seconds(H100) == pytest.approx(2 * 2**30 / (H100.bandwidth_gb_s * 1e9 * budget.MEMORY_EFFICIENCY))
+    assert Work("nothing").call_seconds(H100) == budget.LAUNCH_SECONDS
+
+
+def test_a_measurement_repeats_for_the_target_time_or_ten_times():
+    assert budget.measurement_seconds(1e-3) == pytest.approx((3 + 1 + 200) * 1e-3)  # 0.2 s of repeats
+    assert budget.measurement_seconds(0.5) == pytest.approx((3 + 1 + 10) * 0.5)  # at least ten repeats
+
+
+def test_a_chapter_is_its_work_plus_its_fixed_costs_and_faster_gpus_take_less():
+    work = [Work("gemm", flops=2 * 8192**3, precision="float32", measurements=3, extra_seconds=0.5)]
+    plan = Plan("full", {"n": 8192}, work, fixed_seconds=10)
+    expected = 10 + 3 * (budget.measurement_seconds(work[0].call_seconds(T4)) + 0.5)
+    assert plan.seconds_on(T4) == pytest.approx(expected)
+    assert plan.seconds_on(H100) < plan.seconds_on(T4)
+
+
+def test_the_class_profile_takes_the_largest_plan_that_fits_the_budget():
+    plans = [Plan("class", {"n": n}, [Work("gemm", flops=2 * n**3, measurements=20)]) for n in (1024, 4096, 16384)]
+    chosen = budget.largest_fitting(plans, T4)
+    assert chosen.sizes["n"] == 4096 and chosen.seconds_on(T4) <= budget.CLASS_SECONDS
+    assert plans[-1].seconds_on(T4) > budget.CLASS_SECONDS
+    assert budget.largest_fitting(plans[-1:], T4) is plans[-1]  # nothing fits: the smallest there is
+
+
+def test_the_prediction_table_names_each_gpu_a_class_may_have():
+    plan = Plan("full", {}, [Work("copy", bytes=2**30, measurements=4)])
+    rows = budget.prediction_rows(lambda gpu: plan)
+    assert [r["gpu"] for r in rows] == list(budget.PREDICTED)
+    assert rows[0]["seconds"] > rows[-1]["seconds"]  # a T4 against an H200
+    assert "predicted time (min)" in budget.prediction_table(lambda gpu: plan).headers
+    with pytest.raises(ValueError, match="^profile: one of class, full"):
+        budget.check_profile("fast")
