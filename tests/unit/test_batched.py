@@ -8,8 +8,10 @@ import torch
 from conftest import needs_gpu
 from gpulab.ch14_batched_linear_algebra import batched, figures
 from gpulab.core.precision import FORMATS
+from gpulab.core.recordings import Recording
 
 CPU = torch.device("cpu")
+H200 = {"device": {"name": "NVIDIA H200", "kind": "cuda"}, "date": "2026-11-24", "recorded": True}
 
 
 @pytest.mark.parametrize("method", batched.METHODS)
@@ -154,14 +156,15 @@ def test_measure_lu_rejects_bad_arguments():
         batched.measure_lu(10**6, "float64", CPU)
 
 
-def test_lu_sweep_caps_the_cpu_and_prints_like_magma(monkeypatch):
+def test_lu_sweep_caps_the_cpu_and_tables_like_magma(monkeypatch):
     monkeypatch.setattr(batched.env, "device", lambda: CPU)
     rows = batched.lu_sweep([16, 32, 48], ["float64"], cpu_max_n=32)
     assert [(r["n"], r["status"]) for r in rows] == [(16, "ok"), (32, "ok"), (48, "not run: n above cpu_max_n = 32")]
-    table = batched.lu_table(rows)
-    assert "% getrf in float64" in table and "|PA-LU|/(n|A|)" in table
-    lines = {line.split()[0]: line for line in table.splitlines() if line.strip() and line.lstrip()[0].isdigit()}
-    assert lines["16"].rstrip().endswith("ok") and "not run" in lines["48"] and not lines["48"].endswith("ok")
+    run = Recording("batched_lu", "f", {}, rows, H200)
+    table = figures.lu_table([run])
+    assert "|PA-LU|/(n|A|), CPU" in table.headers and "H200's host: " in table.caption
+    cells = {row[2]: dict(zip(table.headers, row, strict=True)) for row in table.cells}
+    assert cells["16"]["check"] == "ok" and cells["48"]["CPU (GFLOP/s)"] == "not run" and cells["48"]["check"] == "–"
     with pytest.raises(ValueError, match="^dtype:"):
         batched.lu_sweep([16], ["float16"])
 
@@ -224,14 +227,19 @@ def test_gpu_lu_passes_magmas_check(dtype):
     assert small["backward_error"] < small["tolerance"]
 
 
-def test_methods_table_prints_times_and_speedups():
-    rows = [_row("loop", 8, 50, 4e-3), _row("bmm", 8, 50, 1e-4), _row("bmm", 16, 50, 2e-4)]
-    rows = [{**r, "us_per_problem": r["seconds"] / 50 * 1e6} for r in rows]
-    table = batched.methods_table(rows, dtype="float32", batch=50).splitlines()
-    assert table[0] == "float32, batch of 50:" and "bmm speed-up" in table[1]
-    assert table[2].split() == ["8", "4.0000", "0.1000", "80.00", "40.0x"]
-    assert table[3].split() == ["16", "---", "0.2000", "---", "---"]
-    assert batched.methods_table(rows, dtype="float16", batch=50).startswith("no measurement")
+def test_speedup_table_gives_times_and_speedups_at_the_largest_batch():
+    rows = [_row("loop", 8, 50, 4e-3), _row("bmm", 8, 50, 1e-4), _row("bmm", 16, 50, 2e-4), _row("bmm", 8, 10, 1.0)]
+    rows = [{**r, "us_per_problem": r["seconds"] / r["batch"] * 1e6} for r in rows]
+    run = Recording("batched_gemm", "f", {}, rows, H200)
+    table = figures.speedup_table([run], dtype="float32")
+    assert table.headers == ["GPU", "format, batch", "order n", "Python loop of torch.mm (ms)",
+                             "torch.bmm (one batched call) (ms)", "loop, per problem (µs)", "bmm over the loop"]
+    assert table.cells[0] == ["H200", "float32, batch of 50", "8", "4.0000", "0.1000", "80.00", "40x"]
+    assert table.cells[1] == ["H200", "float32, batch of 50", "16", "–", "0.2000", "–", "–"]
+    assert figures.speedup_table([run], dtype="float16").cells == []
+    lu = Recording("batched_small_lu", "f", {}, [{**r, "method": "batched" if r["method"] == "bmm" else "loop"}
+                                                 for r in rows], run.provenance)
+    assert "lu_factor_ex on the batch (one call) (ms)" in figures.speedup_table([lu]).headers
 
 
 def test_lu_comparison_finds_the_crossover_and_the_ratio():

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import needs_gpu, shown
+from conftest import needs_gpu
 from gpulab.ch04_mlp_gemms import mlp
-from gpulab.ch10_tensor_cores import figures, tensor_cores, wmma
-from gpulab.ch10_tensor_cores.explorer import matmul_format_explorer
+from gpulab.ch10_tensor_cores import tensor_cores, wmma
 from gpulab.core import kernel_mode
 from gpulab.core.correctness import check_close, random_tensor
 from gpulab.kernels import cuda_c
@@ -147,31 +146,3 @@ def test_a_layers_three_gemms_are_checked_and_timed():
         assert step["seconds"] == pytest.approx(sum(parts))
     with pytest.raises(ValueError, match="^outputs:"):
         tensor_cores.layer_gemms_timed(24, 40, 0)
-
-
-def test_figures_draw_from_rows():
-    formats = tensor_cores.matmul_formats(32, ("float32", "float16"))
-    assert len(figures.formats_figure(formats, title="t").data) == 2
-    rows = [{"name": "WMMA", "unit": "tensor cores", "tflops": 300.0, "fraction_of_cublas_fp16": 0.45},
-            {"name": "cuBLAS float16", "unit": "tensor cores", "tflops": 660.0, "fraction_of_cublas_fp16": 1.0},
-            {"name": "SGEMM", "unit": "CUDA cores", "tflops": 46.0, "fraction_of_cublas_fp16": 0.07}]
-    figure = figures.wmma_figure([*rows, {"name": "WMMA, pipelined", "unit": "tensor cores",
-                                               "status": "not available: cp.async needs Ampere"}], title="t")
-    assert [list(trace.y) for trace in figure.data] == [["WMMA", "cuBLAS float16"], ["SGEMM"]]
-    sweep = tensor_cores.layer_gemms_sweep([{"batch": 8, "inputs": 16, "outputs": o} for o in (15, 16)], "float32")
-    figure = figures.layer_gemms_figure(sweep, "outputs", title="t", x_title="outputs")
-    assert len(figure.data) == 4 and list(figure.data[0].x) == ["15", "16 (x8)"]
-
-
-def test_the_format_explorer_measures_and_names_what_it_cannot():
-
-    explorer = matmul_format_explorer([32, 64], ["float32", "tf32"])
-    controls, output = explorer.children
-    format_menu, _size, button = controls.children
-    button.click()
-    format_menu.value = "tf32"
-    button.click()
-    text = shown(output)[0]
-    assert "float32" in text and "e-0" in text  # a measured row with its error
-    if not kernel_mode.on_gpu():
-        assert "Not measured: fmt: tf32 is a tensor-core mode" in text

@@ -7,6 +7,7 @@ import ipywidgets as w
 from gpulab.ch12_cudnn_convolution_algorithms import algorithms
 from gpulab.core import plots
 from gpulab.core.printing import format_bytes
+from gpulab.core.tables import Column, table
 from gpulab.core.widgets import WIDE, assemble, render
 
 
@@ -37,9 +38,7 @@ def convolution_algorithms_explorer(batch: int = 1, channels: int = 128, size: i
                  "workspace": ", ".join(f"{m} {format_bytes(algorithms.workspace_bytes(layer, m))}" for m in models)}
                 for family, (implementation, models) in families.items() if algorithms.applies(implementation, layer)]
         lines = [f"N = {n.value}, C = K = {c.value}, {hw.value} x {hw.value} images, {r.value} x {r.value} filters: "
-                 f"{outputs:,} outputs", f"{'family':16} {'multiplies':>11} {'per output':>11}   workspace (float32)"]
-        lines += [f"{row['family']:16} {row['multiplies']:>11.3g} {row['per_output']:>11,.0f}   {row['workspace']}"
-                  for row in rows]
+                 f"{outputs:,} outputs."]
         best = min(rows, key=lambda row: row["multiplies"])  # rows[0] is the direct method, which always applies
         fewer = "" if best is rows[0] else f", {rows[0]['multiplies'] / best['multiplies']:.2f}x fewer than direct"
         lines.append(f"Fewest multiplies: {best['family']}{fewer}; its workspace: {best['workspace']}. "
@@ -48,7 +47,10 @@ def convolution_algorithms_explorer(batch: int = 1, channels: int = 128, size: i
             lines.append("Winograd F(2x2, 3x3) is drawn for 3 x 3 filters only, as cuDNN uses it.")
         figure = plots.bars_figure(rows, "family", {"multiplies per output": "per_output"}, log_y=True,
                                    title=f"Multiplies per output element, {r.value} x {r.value} filters",
-                                   y_title="real multiplies per output element (log)", x_title="algorithm family")
-        render(output, "\n".join(lines) + "\n", figure)
+                                   y_title="real multiplies per output element (log)", x_title="algorithm family",
+                                   hover=("multiplies", "per_output"))
+        render(output, "\n".join(lines), figure, table(rows, [
+            Column("family"), Column("multiplies", format=".3g"), Column("per_output", "per output", format=",.0f"),
+            Column("workspace", "workspace (float32)")]))
 
     return assemble([[r, n], [c, hw]], output, update)

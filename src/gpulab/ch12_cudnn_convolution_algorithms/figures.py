@@ -1,5 +1,5 @@
 """Chapter 12's figures: multiplications per method, benchmark mode, workspace, settings, channels, filter
-sizes, determinism."""
+sizes, determinism; each GPU's runs behind a menu (:mod:`.tables` and :mod:`.measured` have the tables)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpulab.ch12_cudnn_convolution_algorithms.algorithms import COUNTED
+from gpulab.ch12_cudnn_convolution_algorithms.algorithms import COUNTED, talk_rates
 from gpulab.ch12_cudnn_convolution_algorithms.backend import setting_label
 from gpulab.core import plots
+from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
 
 
@@ -122,6 +123,12 @@ def settings_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
     return fig
 
 
+def settings_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    """:func:`settings_figure` of each run, one menu for the GPU and the precision."""
+    return plots.by_gpu(runs, lambda run: settings_figure(
+        run.rows, title=f"Convolution rate by format and layout: {run.label}"))
+
+
 def channels_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
     """TFLOP/s against C = K, a line per layout, with the multiples of 8 marked."""
     fig = plots.sweep_figure(ok_rows(rows), "c", "tflops", color="layout", title=title,
@@ -183,3 +190,32 @@ def deterministic_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
                           y_title="milliseconds", hover=("layer", "pass", "seconds", "identical", "algorithm"))
     fig.update_xaxes(title_text="layer")
     return fig
+
+
+def deterministic_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    """:func:`deterministic_figure` of each run, one menu for the GPU and the pass."""
+    return plots.by_gpu(runs, lambda run: deterministic_figure(
+        run.rows, title=f"cudnn.deterministic off and on: {run.label}"))
+
+
+def benchmark_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    return plots.by_gpu(runs, lambda run: benchmark_figure(
+        run.rows, title=f"cudnn.benchmark off and on, float32: {run.label}"))
+
+
+def workspace_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    """:func:`workspace_figure` of each run that measured memory (a GPU's)."""
+    measured = [run for run in runs if any(r.get("peak_extra_bytes") is not None for r in ok_rows(run.rows))]
+    return plots.by_gpu(measured, lambda run: workspace_figure(
+        run.rows, title=f"Memory beyond the output, float32: {run.label}"))
+
+
+def channels_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    return plots.by_gpu(runs, lambda run: channels_figure(
+        run.rows, title=f"Rate against the channel count (dotted: multiples of 8): {run.label}"))
+
+
+def filter_sizes_by_gpu(runs: Sequence[Recording]) -> go.Figure:
+    talk = talk_rates([1])
+    return plots.by_gpu(runs, lambda run: filter_sizes_figure(
+        talk, run.rows, title="The talk's convolution: 3x3 and 11x11 filters, float32", measured_label=run.label))

@@ -9,7 +9,7 @@ batched routine at all: stacked, they are one large GEMM. :func:`gemm_sweep` mea
 
 The second half measures the LU factorisation with partial pivoting (LAPACK's getrf) the way MAGMA's
 tester ``testing_dgetrf`` does: GFLOP/s on the CPU and on the GPU, and the backward
-error ||P^T A - L U||_F / (n ||A||_F) of every factorisation (:func:`lu_sweep`, :func:`lu_table`); then
+error ||P^T A - L U||_F / (n ||A||_F) of every factorisation (:func:`lu_sweep`); then
 many small factorisations, one call for the whole batch against a loop (:func:`small_lu_sweep`)
 {haidar2015batched}.
 
@@ -149,30 +149,6 @@ def speedups(rows: Iterable[dict], baseline: str = "loop") -> list[dict]:
             for r in good if (key := (r["dtype"], r["batch"], r["n"])) in base]
 
 
-def methods_table(rows: Iterable[dict], *, dtype: str, batch: int, baseline: str = "loop") -> str:
-    """For one dtype and batch count: each method's time per call at every n, the baseline's time per
-    problem, and how many times faster than the baseline each other method is. For the rows of
-    :func:`gemm_sweep` and :func:`small_lu_sweep`."""
-    good = [r for r in ok_rows(rows) if r["dtype"] == dtype and r["batch"] == batch]
-    if not good:
-        return f"no measurement in {dtype} with a batch of {batch}"
-    methods = list(dict.fromkeys(r["method"] for r in good))
-    others = [m for m in methods if m != baseline]
-    cell = {(r["n"], r["method"]): r for r in good}
-    times = "".join(f"{m + ' (ms)':>14}" for m in methods)
-    ratios = "".join(f"{m + ' speed-up':>18}" for m in others)
-    lines = [f"{dtype}, batch of {batch}:", f"{'n':>5}{times}{baseline + ' us/problem':>20}{ratios}"]
-    for n in sorted({r["n"] for r in good}):
-        base = cell.get((n, baseline))
-        line = f"{n:5}" + "".join(f"{1e3 * cell[n, m]['seconds']:14.4f}" if (n, m) in cell else f"{'---':>14}"
-                                  for m in methods)
-        line += f"{base['us_per_problem']:20.2f}" if base else f"{'---':>20}"
-        line += "".join(f"{base['seconds'] / cell[n, m]['seconds']:17.1f}x" if base and (n, m) in cell
-                        else f"{'---':>18}" for m in others)
-        lines.append(line)
-    return "\n".join(lines)
-
-
 def gemm_target(rows: Iterable[dict], n: int = 64, batch: int = 1000, dtype: str = "float32",
                 factor: float = 20.0, method: str = "bmm") -> dict:
     """Whether ``method`` ran ``batch`` products of order ``n`` at least ``factor`` times faster than the loop.
@@ -309,38 +285,6 @@ def lu_sweep(sizes: Sequence[int], dtypes: Sequence[str] = LU_DTYPES, cpu_max_n:
         rows += [{"n": n, "dtype": dtype, "device": "cpu", "status": f"not run: n above cpu_max_n = {cpu_max_n}"}
                  for n in sizes if n > cpu_max_n]
     return rows
-
-
-def lu_table(rows: Iterable[dict]) -> str:
-    """The rows of :func:`lu_sweep` printed as MAGMA's tester prints them: for each dtype and n, GFLOP/s
-    (and time) on the CPU and on the GPU, then the backward error of each and whether it passed."""
-    rows = list(rows)
-    lines = []
-    for dtype in dict.fromkeys(r["dtype"] for r in rows):
-        cell = {(r["n"], r["device"]): r for r in rows if r["dtype"] == dtype}
-        names = {r["device"]: r["processor"] for r in ok_rows(cell.values())}
-        lines.append(f"% getrf in {dtype}: CPU = {names.get('cpu', 'not run')}; GPU = {names.get('cuda', 'none')}")
-        lines.append(f"% {'n':>6}   {'CPU GFLOP/s (ms)':>20}   {'GPU GFLOP/s (ms)':>20}   "
-                     f"{'|PA-LU|/(n|A|) CPU':>18} {'GPU':>9}")
-        lines.append("%" + "=" * 86)
-        for n in sorted({n for n, _ in cell}):
-            rates, errors, verdicts = [], [], []
-            for device in ("cpu", "cuda"):
-                r = cell.get((n, device))
-                if r is None:
-                    rates.append(f"{'---':>9} ({'---':>8})")
-                    errors.append("---")
-                elif r["status"] != "ok":
-                    rates.append(f"{r['status'].split(':')[0]:>20}")
-                    errors.append("---")
-                else:
-                    rates.append(f"{r['gflops']:9,.1f} ({1e3 * r['seconds']:8.2f})")
-                    errors.append(f"{r['backward_error']:.2e}")
-                    verdicts.append(r["backward_error"] <= r["tolerance"])
-            verdict = ("ok" if all(verdicts) else "failed") if verdicts else ""
-            lines.append(f"  {n:6}   {rates[0]:>20}   {rates[1]:>20}   {errors[0]:>18} {errors[1]:>9}   {verdict}")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def lu_comparison(rows: Iterable[dict]) -> list[dict]:

@@ -7,6 +7,7 @@ import ipywidgets as w
 from gpulab.ch16_distributed_training import distributed, figures
 from gpulab.core import plots
 from gpulab.core.printing import format_bytes
+from gpulab.core.tables import Column, table
 from gpulab.core.widgets import WIDE, assemble, nearest, render
 
 
@@ -31,20 +32,23 @@ def allreduce_explorer(workers: int = 8, nbytes: int = 2**26, latency_us: float 
     def update(_change=None) -> None:
         alpha, beta = latency.value * 1e-6, bandwidth.value * 1e9
         busiest = {r["algorithm"]: r for r in distributed.allreduce_traffic([p.value], p.value)}  # one element a chunk
-        lines = [f"{format_bytes(size.value)} on {p.value} workers, alpha = {latency.value:.3g} us, "
-                 f"{bandwidth.value:.3g} GB/s per link direction:",
-                 f"{'':6} {'rounds':>6} {'time':>13} {'busiest sends':>14} {'algbw':>11} {'busbw':>11}"]
-        times = {}
+        rows = []
         for name in distributed.ALGORITHMS:
-            t = times[name] = distributed.model_seconds(name, p.value, size.value, alpha, beta)
-            lines.append(f"{name:6} {busiest[name]['rounds']:6} {1e6 * t:>10,.1f} us "
-                         f"{format_bytes(round(busiest[name]['sent_over_size'] * size.value)):>14} "
-                         f"{distributed.algorithm_bandwidth(size.value, t) / 1e9:>6.3g} GB/s "
-                         f"{distributed.bus_bandwidth(size.value, t, p.value) / 1e9:>6.3g} GB/s")
-        lines.append(f"fastest here: {min(times, key=times.get)}")
+            t = distributed.model_seconds(name, p.value, size.value, alpha, beta)
+            rows.append({"algorithm": name, "rounds": busiest[name]["rounds"], "seconds": t,
+                         "sent": round(busiest[name]["sent_over_size"] * size.value),
+                         "algbw": distributed.algorithm_bandwidth(size.value, t) / 1e9,
+                         "busbw": distributed.bus_bandwidth(size.value, t, p.value) / 1e9})
+        fastest = min(rows, key=lambda r: r["seconds"])["algorithm"]
+        text = (f"{format_bytes(size.value)} on {p.value} workers, alpha = {latency.value:.3g} µs, "
+                f"{bandwidth.value:.3g} GB/s per link direction: fastest here, {fastest}.")
+        shown = table(rows, [Column("algorithm"), Column("rounds"),
+                             Column("seconds", "modelled time", "µs", format=lambda t: f"{1e6 * t:,.1f}"),
+                             Column("sent", "the busiest worker sends", format=lambda b: format_bytes(int(b))),
+                             Column("algbw", "algbw", "GB/s", ".3g"), Column("busbw", "busbw", "GB/s", ".3g")])
         figure = figures.model_time_figure(p.value, sizes, alpha, beta,
-                                               title=f"Modelled all-reduce time on {p.value} workers")
+                                           title=f"Modelled all-reduce time on {p.value} workers")
         plots.vertical_marker(figure, size.value, format_bytes(size.value))
-        render(output, "\n".join(lines) + "\n", figure)
+        render(output, text, figure, shown)
 
     return assemble([[p, size], [latency, bandwidth]], output, update)

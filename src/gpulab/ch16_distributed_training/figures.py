@@ -1,4 +1,5 @@
-"""Chapter 16's figures: parallelism's traffic, the all-reduce's schedules and model, bandwidth, large batches."""
+"""Chapter 16's figures and tables of models and simulations: parallelism's traffic, the all-reduce's schedules and
+model, large batches. The measured all-reduces and DDP steps are drawn by :mod:`.measured`."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from gpulab.ch16_distributed_training.distributed import (
     Message,
     describe_result,
     model_seconds,
+    parallelism_traffic,
+    parameter_count,
     ring_rounds,
     simulate,
 )
 from gpulab.core import plots
+from gpulab.core.printing import format_bytes
+from gpulab.core.tables import Column, Table, table
 from gpulab.core.validation import positive_int
+
+SIZE = {"format": lambda b: format_bytes(int(b))}
 
 
 def parallelism_figure(workers: int = 4, layers: int = 4, *, title: str = "Who computes what") -> go.Figure:
@@ -189,3 +196,99 @@ def large_batch_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
     fig.update_xaxes(type="log", range=[math.log10(min(batches)) - 0.3, math.log10(max(batches)) + 0.4])
     fig.update_yaxes(type="log")
     return fig
+
+
+def traffic_table(width: int, depth: int, batch: int, workers: int) -> Table:
+    """:func:`.distributed.parallelism_traffic` of the worked example: per strategy, the weights a worker holds, the
+    bytes it sends per step and in how many messages, what they are, and whether they overlap the computation."""
+    parameters = parameter_count([width] * (depth + 1))
+    return table(parallelism_traffic(width, depth, batch, workers),
+                 [Column("strategy"), Column("weight_bytes", "weights held", **SIZE),
+                  Column("sent_bytes", "sent per step", **SIZE), Column("messages"),
+                  Column("communicates", "what is sent"), Column("overlaps", "overlaps the computation")],
+                 caption=f"MLP of {depth} layers of {width:,} x {width:,}: {parameters / 1e6:,.1f} M parameters, "
+                         f"{format_bytes(4 * parameters)} of float32 gradients; global batch {batch:,}, "
+                         f"{workers} workers")
+
+
+def traffic_statement(width: int, depth: int, batch: int, workers: int) -> str:
+    sent = {r["strategy"]: r["sent_bytes"] for r in parallelism_traffic(width, depth, batch, workers)}
+    return (f"Data parallelism sends {sent['data'] / sent['tensor']:.2g} times what tensor parallelism sends at this "
+            f"batch: the gradients grow with the width squared and not with the batch; the activations grow with "
+            f"batch x width. They send the same at a global batch equal to the width, {width:,}.")
+
+
+def traffic_by_batch_figure(width: int, depth: int, batches: Sequence[int], workers: int) -> go.Figure:
+    """:func:`traffic_figure` of the worked example over ``batches``, with the batch equal to the width marked."""
+    rows = [{"batch": batch, **r} for batch in batches for r in parallelism_traffic(width, depth, batch, workers)]
+    fig = traffic_figure(rows, title=f"Bytes each worker sends per step: MLP {depth} x {width}^2, {workers} workers, "
+                                     "float32")
+    return plots.vertical_marker(fig, width, f"batch = width = {width}")
+
+
+def simulated_traffic_table(rows: Sequence[dict]) -> Table:
+    """The rows of :func:`.distributed.allreduce_traffic` for its largest number of workers: rounds, the busiest
+    worker's bytes and the bytes its links carry one after the other, as multiples of the vector's size S."""
+    largest = max(r["workers"] for r in rows)
+    shown = [{**r, "critical_over_size": r["critical_bytes"] / r["bytes"]} for r in rows if r["workers"] == largest]
+    return table(shown, [Column("algorithm"), Column("rounds"),
+                         Column("sent_over_size", "the busiest worker sends", "x S", ".3g"),
+                         Column("critical_over_size", "its links carry, one after the other", "x S", ".3g")],
+                 caption=f"p = {largest} workers, a vector of S = {format_bytes(shown[0]['bytes'])}")
+
+
+def simulated_check(rows: Sequence[dict]) -> str:
+    workers = sorted({r["workers"] for r in rows})
+    return (f"Every algorithm left every worker with the exact sum, for p = {workers[0]} to {workers[-1]}, on a "
+            f"vector of {format_bytes(rows[0]['bytes'])}.")
+
+
+def model_time_table(workers: int, sizes: Sequence[int], latency_s: float, bandwidth: float) -> Table:
+    """The model's time of each algorithm for each message size, and the fastest."""
+    rows = []
+    for nbytes in sizes:
+        times = {name: model_seconds(name, workers, nbytes, latency_s, bandwidth) for name in ALGORITHMS}
+        rows.append({"bytes": nbytes, **times, "fastest": min(times, key=times.get)})
+    us = {"unit": "µs", "format": lambda s: f"{1e6 * s:,.1f}"}
+    return table(rows, [Column("bytes", "message", **SIZE), *(Column(name, name, **us) for name in ALGORITHMS),
+                        Column("fastest")],
+                 caption=f"{workers} workers, alpha = {latency_s * 1e6:g} µs per message, {bandwidth / 1e9:g} GB/s "
+                         "per link direction (illustrative, not measured)")
+
+
+def crossover(workers: int, sizes: Sequence[int], latency_s: float, bandwidth: float) -> str:
+    """Where the model's ring overtakes its tree, in a sentence."""
+    ring_wins = next((n for n in sizes if model_seconds("ring", workers, n, latency_s, bandwidth)
+                      < model_seconds("tree", workers, n, latency_s, bandwidth)), None)
+    if ring_wins is None:
+        return "In this model the tree is faster at every size drawn."
+    return (f"In this model the tree is faster below {format_bytes(ring_wins)} and the ring from there on (of the "
+            "sizes drawn, powers of two).")
+
+
+def large_batch_table(rows: Sequence[dict]) -> Table:
+    """:func:`.distributed.large_batch_rows`: who trained ResNet-50 on ImageNet, with what batch, machine and time,
+    to what accuracy, and the learning rate of the linear scaling rule."""
+    shown = [{**r, "batches": f"{r['batch']:,}" + (f" to {r['batch_end']:,}" if r["batch_end"] != r["batch"] else ""),
+              "machine": f"{r['processors']:,} x {r['processor']}" if r["processors"] else r["processor"]}
+             for r in rows]
+    return table(shown, [Column("year", format="d"), Column("who"), Column("batches", "global batch"),
+                         Column("machine", "processors"), Column("library"),
+                         Column("minutes", "time", "min", ",.1f"), Column("accuracy", "top-1", format=".2%"),
+                         Column("speedup", "speed-up", format=lambda x: f"{x:,.0f}x"),
+                         Column("processor_hours", "processor-hours", format=",.0f"),
+                         Column("linear_rule_lr", "0.1 x B / 256", format=".1f")])
+
+
+def large_batch_statements(rows: Sequence[dict]) -> list[str]:
+    first, fastest = rows[0], min(rows, key=lambda r: r["seconds"])
+    hours = [r["processor_hours"] for r in rows if r["processor_hours"]]
+    goyal = next(r for r in rows if r["who"] == "Goyal et al.")
+    worst = min(rows, key=lambda r: r["accuracy"])
+    return [f"{fastest['who']} trained {fastest['speedup']:,.0f} times faster than {first['who']}, on "
+            f"{fastest['processors'] / first['processors']:,.0f} times as many GPUs, with a global batch "
+            f"{fastest['batch_end'] / first['batch']:,.0f} times larger; top-1 "
+            f"{(fastest['accuracy'] - first['accuracy']) * 100:+.2f} points.",
+            f"Processor-hours (of different GPUs) range from {min(hours):,.0f} to {max(hours):,.0f}, a factor of "
+            f"{max(hours) / min(hours):.1f}. The largest loss of top-1 accuracy against {goyal['who']}'s "
+            f"{goyal['accuracy']:.1%}: {worst['who']}, {(goyal['accuracy'] - worst['accuracy']) * 100:.2f} points."]
