@@ -116,3 +116,21 @@ def test_the_banner_names_the_recorded_gpus_and_what_a_live_run_adds(kind, tmp_p
         assert "run the notebook on a GPU" in str(shown)
     else:
         assert str(shown).startswith("Running on NVIDIA H100 80GB HBM3")
+
+
+def test_a_figure_with_its_own_menu_keeps_its_choices_per_gpu():
+    def with_menu(run, method):
+        fig = plots.bars_figure(run.rows, "kernel", {"bandwidth": "gbytes_per_s"}, title=f"t: {run.label}",
+                                y_title="GB/s")
+        fig.add_trace(fig.data[0])
+        buttons = ([dict(label="first", method="update", args=[{"visible": [True, False]}]),
+                    dict(label="second", method="update", args=[{"visible": [False, True]}])] if method == "update"
+                   else [dict(label="log", method="relayout", args=[{"yaxis.type": "log"}])])
+        return fig.update_layout(updatemenus=[dict(buttons=buttons)])
+
+    update = plots.by_gpu([H100, H200], lambda run: with_menu(run, "update"))
+    assert [b.label for b in update.layout.updatemenus[0].buttons] == [
+        "H100 80GB HBM3: first", "H100 80GB HBM3: second", "H200: first", "H200: second"]
+    assert update.layout.updatemenus[0].buttons[3].args[0]["visible"] == [False, False, False, True]
+    relayout = plots.by_gpu([H100, H200], lambda run: with_menu(run, "relayout")).layout.updatemenus[0].buttons
+    assert relayout[1].args[0]["visible"] == [False, False, True, True] and relayout[1].args[1]["yaxis.type"] == "log"

@@ -144,10 +144,13 @@ def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
     for i, (run, part) in enumerate(zip(runs, figures, strict=True)):
         choices = part.layout.updatemenus[0].buttons if part.layout.updatemenus else [None]
         for choice in choices:
-            own = iter(choice.args[0]["visible"] if choice else [t.visible is not False for t in part.data])
+            # an "update" entry sets (traces, layout); a "relayout" entry only the layout, its traces all shown
+            traces, changes = ((choice.args[0], choice.args[1] if len(choice.args) > 1 else {})
+                               if choice is not None and choice.method == "update"
+                               else ({}, choice.args[0] if choice is not None else {}))
+            own = iter(traces.get("visible") or [t.visible is not False for t in part.data])
             layout = {"title.text": wrapped_title(part.layout.title.text), "annotations": part.layout.annotations or [],
-                      "shapes": part.layout.shapes or [],
-                      **(choice.args[1] if choice is not None and len(choice.args) > 1 else {})}
+                      "shapes": part.layout.shapes or [], **changes}
             buttons.append(dict(label=run.short_label + (f": {choice.label}" if choice else ""), method="update",
                                 args=[{"visible": [next(own) if o == i else False for o in owner]}, layout]))
     for trace, visible in zip(combined.data, buttons[0]["args"][0]["visible"], strict=True):

@@ -271,8 +271,12 @@ def runs(experiment: str, fn: Callable[..., list[dict]], *, needs_gpu: bool = Fa
 
 
 def recorded(experiment: str) -> Runs:
-    """What a page draws of an experiment that another chapter measures: every GPU's recording, no live run."""
-    return Runs(experiment, newest_per_gpu(experiment), None, draw_cpu=False)
+    """What a page draws of an experiment that another chapter measures: every GPU's recording, no live run (a
+    missing recording is said in one printed line)."""
+    found = Runs(experiment, newest_per_gpu(experiment), None, draw_cpu=False)
+    if found.note:
+        print(f"{experiment}: no recording yet.")
+    return found
 
 
 def live_and_recorded(experiment: str, fn: Callable[..., list[dict]], **params) -> tuple[Recording, Recording | None]:
