@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpulab.labs import grading
-from gpulab.labs.grading import NOT_ANSWERED, SECONDS, Mistake, number_problem, tensor_problem
+from gpulab.labs.grading import NOT_ANSWERED, SECONDS, Grader, Mistake, attempt, number_problem, tensor_problem
 
 FLOPS = (Mistake("a multiply-add is two operations: count both", factor=0.5),
          Mistake("n**3 counts the multiplications only", value=4000**3),
@@ -71,3 +71,26 @@ def test_a_stub_is_not_answered_yet_and_a_real_error_is_named(capsys):
 def test_a_strict_grader_raises_with_the_same_message():
     with pytest.raises(grading.CheckFailed, match="returned 2, expected about 1 .2 times too much.\n   hint: halve"):
         grading.Grader(strict=True).number("x", lambda: 2.0, 1.0, rel=0.1, hint="halve")
+
+
+def test_a_usual_wrong_shape_is_named():
+    reference = torch.zeros(3, 4)
+    said = tensor_problem(torch.zeros(3, 5), reference, 1e-6, shapes={(3, 5): "one column too many"})
+    assert said == "returned shape (3, 5), expected (3, 4): one column too many"
+
+
+def test_a_long_message_is_wrapped_and_the_unanswered_phrase_kept_whole(capsys):
+    grader = Grader(strict=False)
+    grader.record("a name", "word " * 40 + NOT_ANSWERED, "hint " * 40)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 90 and len(lines) > 3
+    assert any(line.rstrip().endswith(NOT_ANSWERED) for line in lines)
+
+
+def test_attempt_names_a_stub_a_named_mistake_and_any_other_error():
+    assert attempt(lambda: 3) == (3, "")
+    assert attempt(lambda: None + 1) == (None, NOT_ANSWERED)
+    named = attempt(lambda: 1 / 0, lambda error: "divided by zero" if isinstance(error, ZeroDivisionError) else "")
+    assert named == (None, "divided by zero")
+    said = "the code raised ValueError: invalid literal for int() with base 10: 'x'"
+    assert attempt(lambda: int("x")) == (None, said)

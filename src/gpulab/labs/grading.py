@@ -18,6 +18,7 @@ a student sees every hint at once. An exercise whose function still returns the 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -27,6 +28,7 @@ import torch
 from gpulab.core.correctness import relative_error
 
 NOT_ANSWERED = "not answered yet"
+WIDTH = 90  # no line a check prints is wider
 
 
 def agrees_with(actual: object, reference: torch.Tensor, tolerance: float = 1e-6) -> bool:
@@ -89,6 +91,36 @@ def _unanswered(error: Exception) -> bool:
         isinstance(error, TypeError | AttributeError) and "NoneType" in str(error))
 
 
+def raised(error: Exception) -> str:
+    """What an error in a student's code says to them: "not answered yet" for a stub's doing, else its first line."""
+    if _unanswered(error):
+        return NOT_ANSWERED
+    first = (str(error).splitlines() or [""])[0][:120]
+    return f"the code raised {type(error).__name__}: {first}"
+
+
+def attempt(answer: Callable[[], object], named: Callable[[Exception], str] = lambda error: "") -> tuple[object, str]:
+    """``(answer(), '')``, or ``(None, what went wrong)`` if it raised: the mistake ``named(error)`` names, else
+    what :func:`raised` says."""
+    try:
+        return answer(), ""
+    except Exception as error:  # a student's half-written code may fail in any way
+        return None, named(error) or raised(error)
+
+
+def _fit(prefix: str, text: str, indent: str) -> str:
+    """``text`` in lines that, printed after ``prefix``, are at most :data:`WIDTH` wide (after a long prefix: from
+    the next line on). "not answered yet" is never split."""
+    if not text:
+        return ""
+    room = len(prefix) <= WIDTH - 20
+    kept = text.replace(NOT_ANSWERED, NOT_ANSWERED.replace(" ", "\0"))
+    lines = textwrap.wrap(kept, WIDTH, initial_indent=" " * len(prefix) if room else indent,
+                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    lines[0] = lines[0][len(prefix):] if room else "\n" + lines[0]
+    return "\n".join(lines).replace("\0", " ")
+
+
 def number_problem(got: object, expected: float, rel: float, mistakes: Sequence[Mistake] = ()) -> str:
     """'' if ``got`` is a number within ``rel`` of ``expected``; otherwise what is wrong with it, in words."""
     if got is None:
@@ -122,13 +154,18 @@ class Grader:
         self.failed: list[str] = []
 
     def record(self, name: str, problem: str, hint: str) -> bool:
-        """PASS ``name`` if ``problem`` is '', else NOT YET with the problem and ``hint``; True if it passed."""
+        """PASS ``name`` if ``problem`` is '', else NOT YET with the problem and ``hint`` (in lines of at most
+        :data:`WIDTH`); True if it passed."""
         if not problem:
             self.passed.append(name)
             print(f"PASS  {name}")
             return True
         self.failed.append(name)
-        message = f"NOT YET  {name}: {problem}" + (f"\n   hint: {hint}" if hint else "")
+        said = f"NOT YET  {name}: "
+        fitted = _fit(said, problem, " " * 5)
+        message = (said.rstrip() if fitted.startswith("\n") else said) + fitted
+        if hint:
+            message += "\n   hint: " + _fit("   hint: ", hint, " " * 9)
         if self.strict:
             raise CheckFailed(message)
         print(message)
@@ -139,7 +176,7 @@ class Grader:
         try:
             problem = "" if test() else "not right yet"
         except Exception as error:  # a student's half-written code may fail in any way
-            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+            problem = raised(error)
         return self.record(name, problem, hint)
 
     def number(self, name: str, answer: Callable[[], object], expected: float, *, rel: float, hint: str,
@@ -149,7 +186,7 @@ class Grader:
         try:
             problem = number_problem(answer(), expected, rel, mistakes)
         except Exception as error:
-            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+            problem = raised(error)
         return self.record(name, problem, hint)
 
     def close(self, name: str, actual: Callable[[], float], expected: float, rel: float, hint: str) -> bool:
@@ -164,7 +201,7 @@ class Grader:
         try:
             got = answer()
         except Exception as error:
-            problem = NOT_ANSWERED if _unanswered(error) else f"the code raised {type(error).__name__}: {error}"
+            problem = raised(error)
             return self.record(name, problem, hint)
         problem = tensor_problem(got, reference, tolerance, mistakes)
         return self.record(name, problem, hint)
@@ -174,8 +211,10 @@ class Grader:
 
 
 def tensor_problem(got: object, reference: torch.Tensor, tolerance: float,
-                   mistakes: Mapping[str, torch.Tensor] = {}) -> str:  # noqa: B006 (read only)
-    """'' if ``got`` agrees with ``reference``; otherwise what is wrong with it, in words."""
+                   mistakes: Mapping[str, torch.Tensor] = {},  # noqa: B006 (read only)
+                   shapes: Mapping[tuple[int, ...], str] = {}) -> str:  # noqa: B006 (read only)
+    """'' if ``got`` agrees with ``reference``; otherwise what is wrong with it, in words. ``mistakes``: {hint:
+    the tensor that mistake computes}; ``shapes``: {a usual wrong shape: what returning it means}."""
     if got is None:
         return NOT_ANSWERED
     if not isinstance(got, torch.Tensor):
@@ -183,6 +222,8 @@ def tensor_problem(got: object, reference: torch.Tensor, tolerance: float,
     expected = tuple(reference.shape)
     if tuple(got.shape) != expected:
         said = f"returned shape {tuple(got.shape)}, expected {expected}"
+        if tuple(got.shape) in shapes:
+            return f"{said}: {shapes[tuple(got.shape)]}"
         if got.dim() == 2 and tuple(got.shape) == expected[::-1]:
             return f"{said}: transposed?"
         return said
