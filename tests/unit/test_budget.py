@@ -48,3 +48,43 @@ def test_the_prediction_table_names_each_gpu_a_class_may_have():
     assert "predicted time (min)" in budget.prediction_table(lambda gpu: plan).headers
     with pytest.raises(ValueError, match="^profile: one of class, full"):
         budget.check_profile("fast")
+
+
+def _chapter(**changes) -> budget.Chapter:
+    settings = dict(name="gemm chapter", full={"n": 16384}, classes=[{"n": 1024}, {"n": 4096}, {"n": 16384}],
+                    cpu={"n": 512}, smoke={"n": 64},
+                    work=lambda s: [Work("gemm", flops=2 * s["n"] ** 3, measurements=20, memory_bytes=12 * s["n"] ** 2)],
+                    fixed_seconds=lambda s: 5.0)
+    return budget.Chapter(**{**settings, **changes})
+
+
+def test_a_chapter_plans_the_full_sizes_or_the_largest_class_candidate_that_fits():
+    chapter = _chapter()
+    assert chapter.plan("full", T4).sizes == {"n": 16384}
+    chosen = chapter.plan("class", T4)
+    assert chosen.sizes == {"n": 4096} and chosen.seconds_on(T4) <= budget.CLASS_SECONDS
+    assert chosen.seconds_on(T4) == pytest.approx(5.0 + 20 * budget.measurement_seconds(
+        Work("gemm", flops=2 * 4096**3).call_seconds(T4)))
+    assert chapter.plan("class", H100).sizes == {"n": 16384}  # an H100 runs the largest candidate in time
+
+
+def test_a_class_candidate_must_fit_the_gpus_memory():
+    huge = _chapter(classes=[{"n": 1024}, {"n": 80_000}], full={"n": 80_000},
+                    work=lambda s: [Work("gemm", flops=1e9, memory_bytes=12 * s["n"] ** 2)])
+    assert huge.plan("class", H100).sizes == {"n": 1024}  # 77 GB of operands do not fit 80% of 80 GB
+
+
+def test_a_chapter_chooses_smoke_or_cpu_sizes_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(budget.env, "has_gpu", lambda: False)
+    chapter = _chapter()
+    assert chapter.choose("full", smoke=True).sizes == {"n": 64}
+    assert chapter.choose("class").sizes == {"n": 512}
+    with pytest.raises(ValueError, match="^profile: one of class, full"):
+        chapter.choose("quick")
+
+
+def test_every_setting_of_a_chapter_names_the_same_sizes():
+    with pytest.raises(ValueError, match="cpu names \\['m', 'n'\\] differently"):
+        _chapter(cpu={"m": 3})
+    rows = _chapter().prediction_table("class")
+    assert "predicted time (min)" in rows.headers

@@ -1,10 +1,14 @@
 """What the chapters show besides figures and tables: the source of a gpulab function, what a measurement says in
-a sentence or two (:func:`say`, which wraps to the text column like the prose around it), a byte count."""
+a sentence or two (:func:`say`, which wraps to the text column like the prose around it), the worked answer to an
+exercise, closed until the reader opens it (:func:`answer`), a byte count."""
 
 from __future__ import annotations
 
+import html
 import inspect
+import re
 from collections.abc import Callable
+from types import ModuleType
 
 from IPython.display import Code, display
 
@@ -35,6 +39,73 @@ class Sentences:
 def say(*lines: str) -> None:
     """Display ``lines`` (Markdown) as paragraphs: what a measurement says, printed from the run that made it."""
     display(Sentences(tuple(lines)))
+
+
+_EMPHASIS = ((re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
+             (re.compile(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])"), r"<em>\1</em>"))
+
+
+def _inline_html(text: str) -> str:
+    """A line of the Markdown the answers use (`code`, **bold**, *emphasis*) as HTML; code is left as written."""
+    parts = re.split(r"`([^`]+)`", text)  # odd parts are code
+    for i, part in enumerate(parts):
+        part = html.escape(part, quote=False)
+        if i % 2:
+            parts[i] = f"<code>{part}</code>"
+            continue
+        for pattern, replacement in _EMPHASIS:
+            part = pattern.sub(replacement, part)
+        parts[i] = part
+    return "".join(parts)
+
+
+class Answer:
+    """A worked answer: closed under its title until opened (an HTML ``<details>``, on the book's pages and in
+    Jupyter or Colab alike); plain lines in a terminal. Lines are Markdown paragraphs; lines that start with '- '
+    make a list."""
+
+    def __init__(self, title: str, lines: tuple[str, ...]):
+        if not lines:
+            raise ValueError(f"answer {title!r}: no lines; an answer says something")
+        self.title, self.lines = title, lines
+
+    def _repr_html_(self) -> str:
+        parts, items = [], []
+        for line in (*self.lines, ""):
+            if line.startswith("- "):
+                items.append(f"<li>{_inline_html(line[2:])}</li>")
+                continue
+            if items:
+                parts.append(f"<ul>{''.join(items)}</ul>")
+                items = []
+            if line:
+                parts.append(f"<p>{_inline_html(line)}</p>")
+        return (f'<details class="gpulab-answer"><summary>{_inline_html(self.title)}</summary>'
+                f"{''.join(parts)}</details>")
+
+    def __repr__(self) -> str:
+        return "\n".join((self.title, *self.lines))
+
+
+def answer(title: str, *lines: str) -> None:
+    """Display the worked answer ``lines`` (Markdown) under ``title``, closed until the reader opens it."""
+    display(Answer(title, lines))
+
+
+def exercise_answers(module: ModuleType) -> list[Answer]:
+    """The worked answers of a chapter's ``answers`` module: its functions ``exercise_1``, ``exercise_2``, ...
+    (each returns an :class:`Answer`), in the order of the exercises."""
+    found = {int(name.rpartition("_")[2]): fn for name, fn in vars(module).items()
+             if re.fullmatch(r"exercise_\d+", name) and callable(fn)}
+    if sorted(found) != list(range(1, len(found) + 1)):
+        raise ValueError(f"{module.__name__}: exercise answers numbered {sorted(found)}, not 1 to {len(found)}")
+    return [found[n]() for n in sorted(found)]
+
+
+def show_answers(module: ModuleType) -> None:
+    """Display every worked answer of a chapter's ``answers`` module, each closed until opened."""
+    for shown in exercise_answers(module):
+        display(shown)
 
 
 def format_bytes(nbytes: int) -> str:
