@@ -39,12 +39,27 @@ $(WIDGETS)/embed.js: Makefile $(READY)
 	cp $(VENV)/lib/python3*/site-packages/ipywidgets-*.dist-info/licenses/LICENSE $(WIDGETS)/LICENSE
 	mv $(WIDGETS)/npm/package/dist/embed.js $@ && rm -rf $(WIDGETS)/npm && touch $@
 
+# plotly.js's cartesian bundle (scatter, bar, heatmap, box, histogram, contour, pie...: every trace the book draws,
+# at a third of the full library's 4.8 MB), from npm and checked against this hash. Its version must be the one the
+# installed plotly package writes figures for: book/_ext/page_scripts.py stops the build if they differ.
+PLOTLY_JS := 4.1.1
+PLOTLY_JS_SHA512 := a3c1ab15ebac9dcc012316c1ca7449a58e29920541e9c68cf892e9c2b2d86dbb0eedd67c149f9254dd85afe2fb9221bf67ac383f93b426eb3f42be4479f1d57a
+PLOTLY_DIR := book/_vendor/plotly
+
+$(PLOTLY_DIR)/plotly-cartesian.min.js: Makefile
+	rm -rf $(PLOTLY_DIR) && mkdir -p $(PLOTLY_DIR)/npm
+	cd $(PLOTLY_DIR)/npm && npm pack --silent plotly.js-cartesian-dist-min@$(PLOTLY_JS) >/dev/null
+	echo "$(PLOTLY_JS_SHA512)  $(PLOTLY_DIR)/npm/plotly.js-cartesian-dist-min-$(PLOTLY_JS).tgz" | sha512sum -c --quiet
+	tar -xzf $(PLOTLY_DIR)/npm/plotly.js-cartesian-dist-min-$(PLOTLY_JS).tgz -C $(PLOTLY_DIR)/npm
+	cp $(PLOTLY_DIR)/npm/package/LICENSE $(PLOTLY_DIR)/LICENSE
+	mv $(PLOTLY_DIR)/npm/package/plotly-cartesian.min.js $@ && rm -rf $(PLOTLY_DIR)/npm && touch $@
+
 ## book: run every notebook and build the HTML into _build/html
-book: $(READY) $(WIDGETS)/embed.js
+book: $(READY) $(WIDGETS)/embed.js $(PLOTLY_DIR)/plotly-cartesian.min.js
 	GPULAB_BOOK_BUILD=1 $(VENV)/bin/jupyter-book build . --path-output . $(BUILD_FLAGS)
 
 ## test: every check CI runs, with each stage's time (the colab stage runs the notebooks in .venv-colab)
-test: $(READY) $(COLAB_READY) $(WIDGETS)/embed.js
+test: $(READY) $(COLAB_READY) $(WIDGETS)/embed.js $(PLOTLY_DIR)/plotly-cartesian.min.js
 	$(PY) tools/run_tests.py
 
 ## lint: ruff on the library, tests, tools and notebooks

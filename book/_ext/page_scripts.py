@@ -1,10 +1,14 @@
 """Sphinx extension: each page loads the scripts it uses, from the book itself, and no script twice.
 
 - **plotly.js**: the notebooks' figures carry a ``text/html`` div that calls the global ``Plotly`` (see
-  ``gpulab.core.plots``). plotly.js, the copy bundled with the installed plotly package (the version that wrote the
-  figures), is copied into the built ``_static/`` and loaded in the head of the pages that draw a figure (in the
-  page, or inside a saved widget view), before any other script: that keeps it clear of require.js, which would
-  otherwise capture it as an anonymous AMD module. A page without a figure does not load it (4.8 MB).
+  ``gpulab.core.plots``). The book serves plotly.js's cartesian bundle (every trace type the book draws, 1.5 MB
+  against the full library's 4.8 MB), which ``make`` fetches from npm into ``book/_vendor/plotly/``; its version
+  must be that of the plotly.js bundled with the installed plotly package, the version that wrote the figures
+  (the build stops if not). It is copied into the built ``_static/`` and loaded in the head of the pages that draw
+  a figure (in the page, or inside a saved widget view), before any other script: that keeps it clear of
+  require.js, which would otherwise capture it as an anonymous AMD module. A page without a figure does not load
+  it. ``figures_fit.js`` beside this file comes with it: it lays a figure out again where its column is narrow (a
+  phone) or its menus would cover its title.
 - **MathJax**: loaded only by pages with a formula, or with a saved widget view (the widgets typeset their labels).
 - **Icons**: the theme loads Font Awesome's whole library (1.5 MB of JavaScript) to draw a dozen icons. The build
   replaces that file with a script that holds just the icons the pages use, taken from the same library, and draws
@@ -25,8 +29,11 @@ from pathlib import Path
 import plotly
 from docutils import nodes
 
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-BOOK_CSS = Path(__file__).resolve().parent / "book.css"  # the book's own styles, on every page
+HERE = Path(__file__).resolve().parent
+PLOTLY_JS = HERE.parent / "_vendor" / "plotly" / "plotly-cartesian.min.js"
+PLOTLY_PACKAGE_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"  # the version figures are for
+FIGURES_FIT = HERE / "figures_fit.js"
+BOOK_CSS = HERE / "book.css"  # the book's own styles, on every page
 DRAWS_A_FIGURE = "Plotly.newPlot"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 ICON_CLASS = re.compile(r'class="([^"]*\bfa-[^"]*)"')
@@ -57,6 +64,7 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
               if getattr(s, "attributes", {}).get("type") == WIDGET_STATE]
     if DRAWS_A_FIGURE in context.get("body", "") or any(DRAWS_A_FIGURE in state for state in states):
         app.add_js_file("plotly.min.js", priority=100)
+        app.add_js_file("figures_fit.js", priority=101)
     has_math = doctree is not None and any(doctree.findall(lambda n: isinstance(n, nodes.math | nodes.math_block)))
     if not has_math and not states:
         _scripts(context)[:] = [s for s in _scripts(context)
@@ -121,6 +129,7 @@ def _finish(app, exception) -> None:
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(PLOTLY_JS, static / "plotly.min.js")
+    shutil.copyfile(FIGURES_FIT, static / "figures_fit.js")
     shutil.copyfile(BOOK_CSS, static / "book.css")
     library = static / "scripts" / "fontawesome.js"
     text = library.read_text(errors="replace") if library.exists() else ""
@@ -133,9 +142,21 @@ def _finish(app, exception) -> None:
         (static / "scripts" / "fontawesome.js.map").unlink(missing_ok=True)
 
 
+def plotly_js_version(path: Path) -> str:
+    """'4.1.1' from the licence header of a plotly.js build ('plotly.js (cartesian - minified) v4.1.1')."""
+    found = re.search(r"plotly\.js[^\n]*? v(\d+\.\d+\.\d+)", path.read_text(errors="replace")[:500])
+    if not found:
+        raise ValueError(f"{path}: no plotly.js version in its header")
+    return found.group(1)
+
+
 def setup(app):
     if not PLOTLY_JS.exists():
-        raise FileNotFoundError(f"plotly.js not found at {PLOTLY_JS}; is plotly installed?")
+        raise FileNotFoundError(f"no plotly.js bundle at {PLOTLY_JS}: `make book` fetches it from npm")
+    served, written_for = plotly_js_version(PLOTLY_JS), plotly_js_version(PLOTLY_PACKAGE_JS)
+    if served != written_for:
+        raise RuntimeError(f"the book serves plotly.js {served}, but the installed plotly writes figures for "
+                           f"{written_for}: set PLOTLY_JS in the Makefile to {written_for} (and its hash)")
     app.add_css_file("book.css")
     app.connect("build-finished", _finish)
     app.connect("html-page-context", _page_assets, priority=950)  # after the handlers that add scripts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -130,3 +131,18 @@ def test_out_of_memory_marks_sit_at_their_size_on_a_log_axis():
 def test_bar_labels_have_no_exponent_below_ten_million():
     assert [plots.short_number(v) for v in (3.14159, 999.4, 1061.7, 4_332_000.0, 2.5e9)] == [
         "3.14", "999", "1,062", "4,332,000", "2.5e+09"]
+
+
+def test_menus_over_the_plot_stand_under_a_title_that_hangs_from_the_top():
+    """A menu over the plot never covers the title: the renderer lifts the title to the figure's top edge and
+    makes the top margin hold the title's lines (the longest a menu entry sets) and the menus' row."""
+    fig = go.Figure(go.Scatter(x=[1], y=[2]), layout=dict(title="A short title", updatemenus=[dict(
+        x=0, y=1.14, buttons=[dict(label="b", method="update", args=[{}, {"title.text": "two<br>lines"}])])]))
+    plots.pio.renderers[plots.TEMPLATE].to_mimebundle(fig_dict := fig.to_dict())
+    layout = fig_dict["layout"]
+    assert layout["updatemenus"][0]["y"] == 1 and layout["updatemenus"][0]["yanchor"] == "bottom"
+    assert layout["title"]["yref"] == "container" and layout["title"]["yanchor"] == "top"
+    assert layout["margin"]["t"] == plots.TITLE_TOP + 2 * plots.TITLE_LINE + 8 + plots.MENU_ROW
+    beside = go.Figure(layout=dict(title="t", updatemenus=[dict(x=1.02, y=0.5, buttons=[])]))
+    plots.pio.renderers[plots.TEMPLATE].to_mimebundle(beside_dict := beside.to_dict())
+    assert beside_dict["layout"]["updatemenus"][0]["y"] == 0.5  # a menu beside the plot stays where it is

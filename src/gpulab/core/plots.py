@@ -29,6 +29,7 @@ TEMPLATE = "gpulab"
 
 
 TITLE_WIDTH = 60  # characters of a title's line: longer titles break after their last colon (a phone is narrow)
+TITLE_TOP, TITLE_LINE, MENU_ROW = 16, 23, 36  # px: above a title, per line of a title (17 px font), a menu's row
 
 
 def wrapped_title(text: str | None) -> str | None:
@@ -40,13 +41,36 @@ def wrapped_title(text: str | None) -> str | None:
     return f"{head}:<br>{tail}"
 
 
+def title_over_menus(layout: dict) -> None:
+    """Lay out (in place) a figure whose menus sit over the plot so that they never cover its title: the title
+    hangs from the figure's top (plotly draws a title's further lines below its first), the menus stand in a row on
+    the plot's top edge under it, and the top margin holds both, for the longest title a menu entry sets."""
+    menus = [m for m in layout.get("updatemenus") or [] if m.get("y", 1.0) >= 1]  # plotly's default y is 1
+    if not menus:
+        return
+    for menu in menus:
+        menu.update(y=1, yanchor="bottom", yref="paper", pad={**menu.get("pad", {}), "b": 6})
+    titles = [layout.get("title", {}).get("text") or ""] + [
+        str(arg.get("title.text") or "") for menu in menus for button in menu.get("buttons") or []
+        for arg in (button.get("args") or [])[1:2] if isinstance(arg, dict)]
+    lines = max(title.count("<br>") + 1 for title in titles)
+    layout["title"] = {**layout.get("title", {}), "yref": "container", "y": 1, "yanchor": "top",
+                       "pad": {"t": TITLE_TOP}}
+    layout["margin"] = {**layout.get("margin", {}), "t": TITLE_TOP + round(lines * TITLE_LINE) + 8 + MENU_ROW}
+
+
 class BookRenderer(PlotlyRenderer):
-    """plotly's JupyterLab mime bundle plus an HTML fallback that uses the page's global Plotly."""
+    """plotly's JupyterLab mime bundle plus an HTML fallback that uses the page's global Plotly; long titles broken
+    after their last colon, and menus kept clear of the title."""
 
     def to_mimebundle(self, fig_dict):
-        title = fig_dict.get("layout", {}).get("title")
+        layout = fig_dict.setdefault("layout", {})
+        title = layout.get("title")
+        if isinstance(title, str):
+            title = layout["title"] = {"text": title}
         if isinstance(title, dict) and title.get("text"):
             title["text"] = wrapped_title(title["text"])
+        title_over_menus(layout)
         bundle = super().to_mimebundle(fig_dict)
         bundle["text/html"] = pio.to_html(
             fig_dict, include_plotlyjs=False, full_html=False, config=self.config, validate=False,
@@ -70,7 +94,10 @@ def _register() -> None:
         )
     )
     pio.templates.default = TEMPLATE
-    pio.renderers[TEMPLATE] = BookRenderer(config={"responsive": True, "displaylogo": False})
+    # No buttons a reader of a static page cannot use: sending the chart to a plotly server, selecting points.
+    pio.renderers[TEMPLATE] = BookRenderer(config={
+        "responsive": True, "displaylogo": False,
+        "modeBarButtonsToRemove": ["sendChartToCloud", "sendDataToCloud", "select2d", "lasso2d"]})
     if pio.renderers.default in ("", "plotly_mimetype", "plotly_mimetype+notebook", "notebook"):
         pio.renderers.default = TEMPLATE
 
@@ -158,8 +185,7 @@ def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
     combined.update_layout(**{k: v for k, v in buttons[0]["args"][1].items() if k != "title.text"})
     combined.layout.updatemenus = [dict(type="dropdown", buttons=buttons, direction="down", showactive=True, active=0,
                                         x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))]
-    combined.update_layout(margin=dict(t=110), title=dict(y=0.97, yanchor="top"))
-    return combined
+    return combined  # the renderer puts the menu under the title (see title_over_menus)
 
 
 def sweep_figure(

@@ -15,12 +15,32 @@ from IPython.display import Code, display
 _BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
+class Listing:
+    """Source code with syntax highlighting, in a block that scrolls sideways inside the text column when a line is
+    wider than it (as code on any documentation page does) rather than widening the page; plain text in a
+    terminal."""
+
+    def __init__(self, text: str, language: str):
+        self.text, self.language = text, language
+
+    def _repr_html_(self) -> str:
+        return f'<div class="gpulab-listing">{Code(self.text, language=self.language)._repr_html_()}</div>'
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def show_code(text: str, language: str) -> None:
+    """Display ``text`` as a :class:`Listing` in ``language`` ('python', 'cuda')."""
+    display(Listing(text, language))
+
+
 def show_source(fn: Callable) -> None:
     """Display the source of ``fn`` with syntax highlighting: the code the text describes, not a copy of it.
 
     A numba kernel shows the Python function it was compiled from (its ``py_func``).
     """
-    display(Code(inspect.getsource(getattr(fn, "py_func", fn)), language="python"))
+    show_code(inspect.getsource(getattr(fn, "py_func", fn)), "python")
 
 
 class Sentences:

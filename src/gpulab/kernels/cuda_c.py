@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from IPython.display import Code, display
 
-from gpulab.core import env, kernel_mode, timing
+from gpulab.core import env, kernel_mode, printing, timing
 
 FOLDER = Path(__file__).parent
 OPTIONS = ("-std=c++17",)
@@ -79,7 +78,7 @@ def source(name: str) -> str:
 
 def show(name: str) -> None:
     """Display the source of kernel file ``name`` with syntax highlighting."""
-    display(Code(source(name), language="cuda"))
+    printing.show_code(source(name), "cuda")
 
 
 def device_arch() -> str:
