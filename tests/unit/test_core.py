@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from gpulab.core import banner, env, flops, plots, rates, timing
+from gpulab.core import banner, env, flops, plots, rates, timing, validation
 from gpulab.core.correctness import check_close, relative_error
 from gpulab.core.roofline import Roofline
 from gpulab.core.sweep import OUT_OF_MEMORY, run_sweep
@@ -201,3 +201,8 @@ def test_agrees_with_never_raises():
     assert not grading.agrees_with(None, reference)
     assert not grading.agrees_with(reference.T, reference)
     assert not grading.agrees_with(torch.full_like(reference, float("nan")), reference)
+
+
+def test_a_sweep_leaves_out_the_formats_its_device_lacks():
+    cpu = torch.device("cpu")
+    assert validation.supported_dtypes(["float64", "tf32", "bfloat16"], cpu) == ["float64", "bfloat16"]

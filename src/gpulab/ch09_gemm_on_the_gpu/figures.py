@@ -398,7 +398,8 @@ def divisibility_table(runs: Sequence[Recording]) -> Table:
     for i, run in enumerate(runs):
         columns += [Column(f"kernel{i}", f"{run.short_label}: step 9", format=".1%"),
                     Column(f"cublas{i}", "cuBLAS", format=".1%")]
-    return table(rows.values(), columns, caption="mean rate of the group over the sweep's best (4096 x N x 4096)")
+    shapes = ", ".join(dict.fromkeys(f"{run.rows[0]['m']} x N x {run.rows[0]['k']}" for run in runs if run.rows))
+    return table(rows.values(), columns, caption=f"mean rate of the group over the sweep's best ({shapes})")
 
 
 def simulation_table(rows: Sequence[dict], grid: Sequence[int], tile: int) -> Table:

@@ -7,8 +7,11 @@ types a bad size or dtype sees what was wrong instead of a stack trace from deep
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import torch
+
+from gpulab.core import env
 
 # The dtypes the book measures, by the names a reader types in a widget or a parameters cell.
 DTYPES: dict[str, torch.dtype] = {
@@ -45,8 +48,8 @@ def unsupported_reason(dtype: str | torch.dtype, device: torch.device) -> str | 
 
     TF32 and bfloat16 arithmetic arrived with Ampere (compute capability 8.0). On older GPUs and on
     CPUs, torch would silently run tf32 as plain float32, and bfloat16 through slow emulation, so a
-    measurement would carry the wrong label. A sweep that meets such a dtype keeps a row with this
-    reason and goes on with the others; a single measurement raises it (:func:`supported_dtype`).
+    measurement would carry the wrong label. A single measurement raises it (:func:`supported_dtype`); a notebook
+    leaves such formats out of its sweeps beforehand (:func:`supported_dtypes`).
     """
     label = dtype_name(dtype)
     if label in FP8_DTYPES:
@@ -60,6 +63,13 @@ def unsupported_reason(dtype: str | torch.dtype, device: torch.device) -> str | 
     if label == "tf32" and device.type != "cuda":
         return f"tf32 is a tensor-core mode of NVIDIA GPUs (Ampere and later); this device is a {device.type.upper()}"
     return None
+
+
+def supported_dtypes(dtypes: Sequence[str], device: torch.device | None = None) -> list[str]:
+    """The number formats of ``dtypes`` that ``device`` (by default the notebook's) computes in natively: a T4 has
+    no tf32 or bfloat16, a CPU no tf32 (:func:`unsupported_reason`)."""
+    device = device or env.device()
+    return [d for d in dtypes if unsupported_reason(d, device) is None]
 
 
 def supported_dtype(name: str, dtype: str | torch.dtype, device: torch.device) -> str:
