@@ -5,8 +5,8 @@ of step 9 at N^3, and step 9 and cuBLAS at every point of the two quantization s
 float64 arithmetic first (on the GPU, then compared on the host), and on a T4, whose float64 units run at 1/32 of
 its float32 rate, those references cost more than the timing: the class sizes shrink K and the sweeps.
 
-:func:`checked_gemm` and :func:`worklog_work` say what ``gemm``'s checked and timed GEMMs cost; chapter 10 times the best
-SGEMM beside its WMMA kernels through them.
+:func:`checked_gemm` and :func:`worklog_work` say what ``gemm``'s checked and timed GEMMs cost; chapter 10 times
+the best SGEMM beside its WMMA kernels through them.
 """
 
 from __future__ import annotations

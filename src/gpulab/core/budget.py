@@ -50,7 +50,9 @@ HOST_CHECK_SECONDS_PER_ELEMENT = 1.25e-8
 # - Python issuing one torch call (dispatch, checks, launch): 10-18 ms for the 1,000 torch.mm of batched_gemm's
 #   loop, 0.12-0.17 ms for an LSTM step's dozen operations;
 HOST_CALL_SECONDS = 12e-6
-NOTEBOOK_SECONDS = 5.0  # a notebook's kernel start, its imports (torch, plotly, gpulab), the banner, its figures
+# A notebook's kernel start and papermill (5.0 to 6.5 s outside its cells), its setup and import cells (4 to 6 s):
+# measured in the H100 runs of 2026-11-25 (results/nvidia-h100-80gb-hbm3/gpu_run/), 18 notebooks
+NOTEBOOK_SECONDS = 11.0
 NVRTC_SECONDS = 1.0  # CuPy compiling one CUDA C file with NVRTC
 # torch.profiler: its first session in a process starts CUPTI (about 0.7 s: fusion_horizontal's 6 sessions and
 # 480 M checked elements took 8 s); each session after it, around a few calls, about 0.1 s (chapter 12's 18
