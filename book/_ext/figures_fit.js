@@ -132,6 +132,8 @@
     div.dataset.gpulabFit = "on";
     // a menu that picks a GPU's run sets that run's title: wrap it as well
     div.on("plotly_update", () => fit(div));
+    // so does a slider's step that sets its own title (an animation frame)
+    div.on("plotly_animated", () => fit(div));
     div.on("plotly_relayout", () => { if (!busy.has(div)) fit(div); });
     fit(div);
   }

@@ -97,6 +97,13 @@ def test_renderer_emits_plotly_json_and_html():
     assert any("out of memory at 2" in a.text for a in fig.layout.annotations)
 
 
+def test_a_figure_with_frames_opens_at_its_first_frame_on_the_page():
+    fig = go.Figure(data=[go.Scatter(y=[0])],
+                    frames=[go.Frame(name=str(i), data=[go.Scatter(y=[i])]) for i in range(3)])
+    html = plots.BookRenderer(config={}).to_mimebundle(fig.to_dict())["text/html"]
+    assert "Plotly.addFrames" in html and "Plotly.animate" not in html
+
+
 def test_roofline_figure_draws_a_roof_per_dtype_and_the_points():
     roof = Roofline("gpu", 1e12, {"float32": 5e13, "float16": 4e14})
     points = [rates.measure_blas("gemm", 32, "float32")]

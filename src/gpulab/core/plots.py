@@ -74,6 +74,7 @@ class BookRenderer(PlotlyRenderer):
         bundle = super().to_mimebundle(fig_dict)
         bundle["text/html"] = pio.to_html(
             fig_dict, include_plotlyjs=False, full_html=False, config=self.config, validate=False,
+            auto_play=False,  # a figure with frames (a slider over steps) opens at its first step, as drawn
         )
         return bundle
 
