@@ -12,24 +12,32 @@
   const MENU_ROW = 36; // px: the height of a row of menus
   const CHAR = 0.56; // the width of an average character, in font sizes
   const TITLE_TOP = 16; // px: from the figure's top edge to its title's
+  const SUB = 0.75; // a subtitle's size (<sub>), in title sizes
+  const TOP_AXIS = 44; // px: the ticks and title of an x axis drawn above the plot
   const own = new WeakMap(); // div -> the layout the figure was drawn with
   const busy = new WeakSet(); // divs being laid out by this script (their relayout events are ours)
 
   const text = (title) => (typeof title === "string" ? title : (title && title.text) || "");
 
+  // The title's lines, at most `chars` characters each; a subtitle line (<sub>...</sub>), set smaller, takes more
+  // characters a line and keeps its <sub> on each of its lines (plotly spaces all lines alike).
   function wrapped(title, chars) {
     const lines = [];
     for (const part of title.split(/<br\s*\/?>/i)) {
+      const sub = part.match(/^\s*<sub>(.*)<\/sub>\s*$/i);
+      const words = (sub ? sub[1] : part).split(" ");
+      const width = sub ? Math.floor(chars / SUB) : chars;
       let line = "";
-      for (const word of part.split(" ")) {
-        if (line && (line + " " + word).length > chars) {
-          lines.push(line);
+      const push = () => lines.push(sub ? `<sub>${line}</sub>` : line);
+      for (const word of words) {
+        if (line && (line + " " + word).length > width) {
+          push();
           line = word;
         } else {
           line = line ? line + " " + word : word;
         }
       }
-      lines.push(line);
+      push();
     }
     return lines;
   }
@@ -80,13 +88,15 @@
     if (!crowded) return;
     div.dataset.gpulabStacked = "yes";
     const size = (div._fullLayout.title && div._fullLayout.title.font && div._fullLayout.title.font.size) || 17;
-    const title = text(div.layout.title).replace(/<br\s*\/?>/gi, narrow ? " " : "<br>");
+    // a phone joins the title's lines to wrap them again, but keeps a subtitle on lines of its own
+    const title = text(div.layout.title).replace(/<br\s*\/?>(?!\s*<sub>)/gi, narrow ? " " : "<br>");
     const lines = wrapped(title, Math.max(16, Math.floor((div.clientWidth - 24) / (size * CHAR))));
+    const topAxis = Object.keys(div._fullLayout).some((key) => /^xaxis\d*$/.test(key) && div._fullLayout[key].side === "top");
     const menus = (div.layout.updatemenus || []).length;
     const rows = narrow ? menus : Math.min(menus, 1); // a phone stacks the menus, a wide column puts them in a row
     // The title sits over the plot, with room under it for the menus' rows, in a top margin made to hold both.
     // (plotly draws a title's further lines below its first, so the title hangs from the figure's top edge)
-    const top = TITLE_TOP + lines.length * size * LINE + 8 + rows * MENU_ROW;
+    const top = TITLE_TOP + lines.length * size * LINE + 8 + rows * MENU_ROW + (topAxis ? TOP_AXIS : 0);
     const update = {
       "title.text": lines.join("<br>"), "title.x": 0.5, "title.xanchor": "center", "title.xref": "container",
       "title.yref": "container", "title.y": 1, "title.yanchor": "top",
