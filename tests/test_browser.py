@@ -77,7 +77,7 @@ WEIGHT = """() => [...performance.getEntriesByType('navigation'), ...performance
     .reduce(([decoded, encoded], e) => [decoded + (e.decodedBodySize || 0), encoded + (e.encodedBodySize || 0)],
             [0, 0])"""
 LANDING_BUDGET = 1.5e6  # bytes, uncompressed: the landing page has no figure, formula or widget
-PAGE_BUDGET = 7.5e6  # bytes, uncompressed: plotly.js (its 1.5 MB cartesian bundle), MathJax and the widget manager where used
+PAGE_BUDGET = 7.5e6  # bytes, uncompressed: plotly.js (its 1.5 MB cartesian bundle), MathJax, widgets where used
 
 # Each drawn figure's problems: no title, or a visible x/y axis of a chart with no axis title.
 FIGURE_PROBLEMS = """divs => divs.flatMap(div => {
