@@ -1,5 +1,6 @@
 """The book as a course: how long each chapter's experiments take on each GPU, in each profile, for the
-instructors' page (``book/chapter_times.ipynb``).
+instructors' page (``book/chapter_times.ipynb``); and every chapter's claims (:mod:`gpulab.core.claims`), which the
+tests check against every recorded GPU.
 
 Each chapter's plan (``gpulab.chNN_topic.plan.CHAPTER``, a :class:`gpulab.core.budget.Chapter`) predicts its time;
 ``make gpu-run`` measures it (``results/<gpu>/gpu_run/<profile>.json``, each notebook's seconds). This module puts
@@ -17,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import gpulab
-from gpulab.core import budget, recordings, specs
+from gpulab.core import budget, claims, recordings, specs
 from gpulab.core.budget import PREDICTED
 from gpulab.core.tables import Column, Table, table
 
@@ -30,6 +31,22 @@ def chapters() -> list[str]:
 @cache
 def plan(chapter: str) -> budget.Chapter:
     return importlib.import_module(f"gpulab.{chapter}.plan").CHAPTER
+
+
+def chapter_claims(chapter: str) -> list[claims.Claim]:
+    """The claims ``gpulab.<chapter>.claims`` states, in the order the module defines them (none without one)."""
+    try:
+        module = importlib.import_module(f"gpulab.{chapter}.claims")
+    except ModuleNotFoundError as error:
+        if error.name != f"gpulab.{chapter}.claims":
+            raise
+        return []
+    return [value for value in vars(module).values() if isinstance(value, claims.Claim)]
+
+
+def all_claims() -> list[tuple[str, claims.Claim]]:
+    """(chapter, claim) for every chapter's claims, in the book's order."""
+    return [(chapter, claim) for chapter in chapters() for claim in chapter_claims(chapter)]
 
 
 def title(chapter: str) -> str:

@@ -82,9 +82,22 @@ def test_course_tables_show_the_slides_layout():
     assert steps.cells == [["qd", "(1, 2)", "[9, 7]"]]
     softmax = figures.softmax_table(torch.tensor(conv.COURSE_SOFTMAX, dtype=torch.float64))
     assert softmax.caption == "largest relative difference 0.0e+00: float64's rounding (epsilon 2.2e-16)"
-    assert figures.output_size_table(7, 3, (2,)).cells == [["2", "floor((7 - 3) / 2) + 1", "3"]]
+    assert figures.output_size_table(7, 3, 3, max_padding=0).cells == [
+        ["0", "2", "floor((7 + 2 x 0 - 3) / 2) + 1", "3", "yes"]]
     parameters = figures.parameter_table(conv.course_network())
     assert parameters.cells[-1] == ["total", "–", str(conv.COURSE_PARAMETERS)]
+
+
+def test_every_padding_and_stride_that_turns_seven_pixels_into_three_is_found_by_the_formula():
+    choices = figures.output_size_choices(7, 3, 3)
+    assert choices == [(0, 2), (1, 3), (2, 3), (2, 4), (3, 4), (3, 5)]
+    assert all(conv.output_size(7, 3, stride, padding) == 3 for padding, stride in choices)
+    assert [(p, u) for p, u in choices if not figures.windows_touch_the_image(7, 3, u, p)] == [(3, 4), (3, 5)]
+    said = figures.output_size_choices_said(7, 3, 3)
+    assert said.startswith("6 choices") and "(3, 5)" in said and said.endswith("only stride 2 does.")
+    assert (0, conv.COURSE_STRIDE) in choices
+    table = figures.output_size_table(7, 3, 3)
+    assert [row[:2] for row in table.cells] == [[str(p), str(u)] for p, u in choices]
 
 
 def test_checks_and_layouts_tables():

@@ -65,7 +65,7 @@ def test_launch_figure_and_sentences():
     assert list(figure.data[0].x) == ["32", "256"] and list(figure.data[0].y) == ["1", "8"]
     (sentence,) = figures.launch_sentences(runs)
     assert "best 8,000 GB/s with 256 threads x 8 elements" in sentence
-    assert "the course's 256 x 1 reaches 1,000 GB/s; 32 x 1 (50% occupancy) only 500 GB/s" in sentence
+    assert "the course's 256 x 1 reaches 1,000 GB/s; 32 x 1 only 500 GB/s" in sentence
     assert sentence.endswith("on every configuration.")
     wrong = [{**r, "driver_blocks_per_sm": 1} for r in launch_rows()]
     assert figures.launch_sentences([run("x", wrong, n=2**20)])[0].endswith("on some configuration.")

@@ -107,3 +107,21 @@ def test_scaling_tables_sentences_and_figure():
     fig = measured.scaling_figure([scaling, run_of("distributed_ddp_scaling", "NVIDIA H100 80GB HBM3")], 0.85)
     assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["2 x H200", "2 x H100 80GB HBM3"]
     assert fig.layout.title.text.startswith("DDP scaling efficiency, 1 to 2 GPUs: 2 x NVIDIA H200")
+
+
+def test_the_link_between_the_gpus_and_its_rate():
+    nccl = run_of("distributed_nccl_allreduce")
+    assert measured.machine_link(nccl) == "NV18"  # from the DDP scaling recording of the same machine
+    assert measured.machine_link(run_of("distributed_ddp_scaling")) == "NV18"  # from the run's own rows
+    assert measured.link_rate("NV18", "NVIDIA H200") == pytest.approx(450e9)  # 18 NVLinks x 25 GB/s each way
+    assert measured.link_rate("NV12", "NVIDIA A100-SXM4-80GB") == pytest.approx(300e9)
+    assert measured.link_rate("PIX", "NVIDIA H200") == pytest.approx(63.015e9, rel=1e-3)  # 16 lanes of PCIe 5
+    assert measured.link_rate(None, "NVIDIA H200") is None and measured.link_rate("NV18", "a CPU") is None
+    [said] = measured.link_statements([nccl])
+    assert said.startswith("2 x NVIDIA H200, recorded 2026-11-24: `nvidia-smi topo -m` reports NV18")
+    assert "450 GB/s in each direction, 900 GB/s counting both" in said
+
+
+def test_the_traffic_sentence_finds_the_equal_batch_for_an_odd_depth_too():
+    assert figures.traffic_statement(4096, 3, 1023, 3).endswith("at a global batch of depth x width / (depth + 1) = "
+                                                               "3,072.")

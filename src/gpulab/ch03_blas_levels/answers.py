@@ -119,8 +119,9 @@ def exercise_4() -> Answer:
         lines.append(f"- {run.short_label}: {'; '.join(parts)}.")
     if len(lines) == 1:
         lines.append(_no_recording())
-    lines.append("The roofline is a bound: a real gemm needs larger n than that before it runs near its rate, as "
-                 "the recordings show, because small products fill few tiles and pay their launch.")
+    lines.append("The ridge only says where the bandwidth stops limiting a gemm: a real gemm needs larger n than "
+                 "that before it runs near its rate, as the recordings show, because small products fill few tiles "
+                 "and pay their launch.")
     t4 = specs.gpu("T4")
     ridge16 = specs.peak(t4, "float16").ops_per_s / (t4.bandwidth_gb_s * 1e9)
     lines.append(f"On a T4 the datasheet ridge of float16 is {ridge16:.0f} FLOP/byte: compute-bound from "

@@ -122,12 +122,46 @@ def im2col_figure(h: int = 4, w: int = 4, r: int = 3, s: int = 3, stride: int = 
     return fig
 
 
-def output_size_table(size: int = 7, kernel: int = 3, strides: Sequence[int] = (1, 2, 3)) -> Table:
-    """The output length of a ``size``-pixel image under a ``kernel``-pixel filter without padding, per stride."""
-    rows = [{"stride": u, "formula": f"floor(({size} - {kernel}) / {u}) + 1", "p": output_size(size, kernel, u)}
-            for u in strides]
-    return table(rows, [Column("stride", "stride u"), Column("formula", "P = floor((H - R) / u) + 1"),
-                        Column("p", "P")], caption=f"a {size} x {size} image, a {kernel} x {kernel} filter, no padding")
+def output_size_choices(size: int = 7, kernel: int = 3, output: int = 3,
+                        max_padding: int | None = None) -> list[tuple[int, int]]:
+    """Every (padding, stride) that turns a ``size``-pixel image under a ``kernel``-pixel filter into ``output``
+    pixels, by the output-size formula, for paddings from 0 to ``max_padding`` (the filter's size by default) and
+    every stride that leaves more than one position."""
+    size, kernel, output = positive_int("size", size), positive_int("kernel", kernel), positive_int("output", output)
+    max_padding = kernel if max_padding is None else max_padding
+    return [(padding, stride) for padding in range(max_padding + 1) if kernel <= size + 2 * padding
+            for stride in range(1, size + 2 * padding + 1) if output_size(size, kernel, stride, padding) == output]
+
+
+def windows_touch_the_image(size: int, kernel: int, stride: int, padding: int) -> bool:
+    """Whether every window of the filter covers at least one pixel of the image (none reads padding only)."""
+    starts = [j * stride - padding for j in range(output_size(size, kernel, stride, padding))]
+    return all(start + kernel - 1 >= 0 and start <= size - 1 for start in starts)
+
+
+def output_size_table(size: int = 7, kernel: int = 3, output: int = 3, max_padding: int | None = None) -> Table:
+    """Each (padding, stride) of :func:`output_size_choices`, with the formula and whether every window covers part of
+    the image."""
+    rows = [{"padding": pad, "stride": u, "formula": f"floor(({size} + 2 x {pad} - {kernel}) / {u}) + 1",
+             "p": output_size(size, kernel, u, pad),
+             "inside": "yes" if windows_touch_the_image(size, kernel, u, pad) else "no: one reads padding only"}
+            for pad, u in output_size_choices(size, kernel, output, max_padding)]
+    top = kernel if max_padding is None else max_padding
+    return table(rows, [Column("padding", "padding"), Column("stride", "stride u"),
+                        Column("formula", "P = floor((H + 2 pad - R) / u) + 1"), Column("p", "P"),
+                        Column("inside", "every window covers image pixels")],
+                 caption=f"every choice that turns a {size} x {size} image and a {kernel} x {kernel} filter into "
+                         f"{output} x {output}, for padding 0 to {top}")
+
+
+def output_size_choices_said(size: int = 7, kernel: int = 3, output: int = 3) -> str:
+    """A sentence naming every (padding, stride) of :func:`output_size_choices` and those without padding."""
+    choices = output_size_choices(size, kernel, output)
+    unpadded = [u for pad, u in choices if pad == 0]
+    listed = ", ".join(f"({pad}, {u})" for pad, u in choices)
+    return (f"{len(choices)} choices of (padding, stride), padding from 0 to {kernel}, give a {output} x {output} "
+            f"output: {listed}. Without padding, only stride "
+            f"{' or '.join(map(str, unpadded)) if unpadded else 'none'} does.")
 
 
 def _values(tensor: torch.Tensor) -> str:

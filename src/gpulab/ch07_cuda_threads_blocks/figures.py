@@ -147,8 +147,7 @@ def launch_sentences(runs: Sequence[Recording]) -> list[str]:
         if (256, 1) in at:
             sentence += f"; the course's 256 x 1 reaches {at[256, 1]['gbytes_per_s']:,.0f} GB/s"
         if (32, 1) in at:
-            sentence += (f"; 32 x 1 ({at[32, 1]['occupancy']:.0%} occupancy) only "
-                         f"{at[32, 1]['gbytes_per_s']:,.0f} GB/s")
+            sentence += f"; 32 x 1 only {at[32, 1]['gbytes_per_s']:,.0f} GB/s"
         agree = all(r["blocks_per_sm"] == r["driver_blocks_per_sm"] for r in rows)
         said.append(sentence + ". gpulab.core.occupancy " + (
             "agrees with the driver's cudaOccupancyMaxActiveBlocksPerMultiprocessor on every configuration."

@@ -141,11 +141,12 @@ def ring_steps_figure(workers: int = 4, *, title: str = "Ring all-reduce, step b
         frames.append(go.Frame(name=str(index), data=[go.Heatmap(z=counts, text=text)],
                                layout=dict(title_text=f"{title}<br><sub>{caption(index)}</sub>",
                                            shapes=boxes(rounds[index - 1] if index else []))))
-    # Light to mid blue, so that the dark cell text stays readable on every count.
+    # Light to mid blue, so that the dark cell text stays readable on every count; the text's size is plotly's
+    # "auto": as large as fits a cell (up to the figure's font), so "A+B+C+D" fits a phone's narrow cells too.
     colours = [[0.0, "#f3f8fd"], [1.0, "#6fa8dc"]]
     fig = go.Figure(frames=frames)
     fig.add_trace(go.Heatmap(z=frames[0].data[0].z, text=frames[0].data[0].text, texttemplate="%{text}",
-                             textfont=dict(size=14), zmin=0.5, zmax=p + 0.5, colorscale=colours, xgap=2, ygap=2,
+                             zmin=0.5, zmax=p + 0.5, colorscale=colours, xgap=2, ygap=2,
                              colorbar=dict(title="workers<br>summed", dtick=1),
                              hovertemplate="worker %{y}, chunk %{x}: %{text}<extra></extra>"))
     steps = [dict(method="animate", label=str(index), args=[[str(index)], dict(mode="immediate", frame=dict(
@@ -213,9 +214,11 @@ def traffic_table(width: int, depth: int, batch: int, workers: int) -> Table:
 
 def traffic_statement(width: int, depth: int, batch: int, workers: int) -> str:
     sent = {r["strategy"]: r["sent_bytes"] for r in parallelism_traffic(width, depth, batch, workers)}
+    even = depth * width / (2 * math.ceil(depth / 2))  # depth x width^2 gradients = 2 ceil(depth/2) x batch x width
+    where = f"equal to the width, {width:,}" if depth % 2 == 0 else f"of depth x width / (depth + 1) = {even:,.0f}"
     return (f"Data parallelism sends {sent['data'] / sent['tensor']:.2g} times what tensor parallelism sends at this "
             f"batch: the gradients grow with the width squared and not with the batch; the activations grow with "
-            f"batch x width. They send the same at a global batch equal to the width, {width:,}.")
+            f"batch x width. They send the same at a global batch {where}.")
 
 
 def traffic_by_batch_figure(width: int, depth: int, batches: Sequence[int], workers: int) -> go.Figure:

@@ -8,21 +8,27 @@ by their machine ('2 x NVIDIA H200, recorded 2026-11-24'), in titles, menus and 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
 
-from gpulab.ch16_distributed_training.ddp import gradient_problem
+from gpulab.ch16_distributed_training.ddp import gpu_link, gradient_problem
 from gpulab.ch16_distributed_training.figures import bandwidth_figure
-from gpulab.core import plots
+from gpulab.core import plots, recordings, specs
 from gpulab.core.correctness import check_close
 from gpulab.core.printing import format_bytes
 from gpulab.core.recordings import Recording
 from gpulab.core.tables import Column, Table, table
 
-BUCKET_BYTES = 25 * 2**20  # DDP's default bucket, as a message size of the NCCL run
+BUCKET_BYTES = 25 * 2**20  # DDP's default bucket (bucket_cap_mb=25, in MiB), as a message size of the NCCL run
+# One NVLink's rate in each direction, GB/s, by architecture: NVLink 2 (V100, 6 links), 3 (A100, 12 links) and
+# 4 (H100 and H200, 18 links) all carry 25 GB/s each way per link, so 18 links make the datasheets' "900 GB/s" of
+# Hopper, counting both directions; NVLink 5 (Blackwell) doubles it {nvidia2022hopper,nvidia2024h200}.
+NVLINK_GB_S_PER_LINK = {"Volta": 25.0, "Ampere": 25.0, "Hopper": 25.0, "Blackwell": 50.0}
+PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # nvidia-smi topo -m's names for paths over PCIe
 
 
 class MachineRun(Recording):
@@ -47,6 +53,48 @@ def machine_runs(runs: Sequence[Recording]) -> list[MachineRun]:
 
 def _same_machine(run: Recording) -> tuple[str, bool]:
     return run.device_name, bool(run.provenance.get("recorded"))
+
+
+def machine_link(run: Recording) -> str | None:
+    """How the two GPUs of ``run``'s machine are linked, as ``nvidia-smi topo -m`` names it ('NV18'): from the run's
+    rows, else from the DDP scaling recording of the same machine, else (a live run) from nvidia-smi here."""
+    for row in run.rows:
+        if row.get("link"):
+            return row["link"]
+    for other in recordings.newest_per_gpu("distributed_ddp_scaling"):
+        if _same_machine(other) == _same_machine(run):
+            return next((r["link"] for r in other.rows if r.get("link")), None)
+    return None if run.provenance.get("recorded") else gpu_link()
+
+
+def link_rate(link: str | None, device_name: str) -> float | None:
+    """The rate, bytes/s in one direction, of ``link`` between two GPUs named ``device_name``: n NVLinks at their
+    architecture's rate, or 16 PCIe lanes of the GPU's generation; None where the link or the GPU is unknown."""
+    gpu = specs.find(device_name)
+    if link is None or gpu is None:
+        return None
+    nvlinks = re.fullmatch(r"NV(\d+)", link)
+    if nvlinks and gpu.architecture in NVLINK_GB_S_PER_LINK:
+        return int(nvlinks.group(1)) * NVLINK_GB_S_PER_LINK[gpu.architecture] * 1e9
+    return gpu.pcie_gb_s * 1e9 if link in PCIE_PATHS else None
+
+
+def link_statements(nccl: Sequence[Recording]) -> list[str]:
+    """Per machine that ran NCCL: how its GPUs are linked, and that link's rate in one direction and in both."""
+    said = []
+    for run in machine_runs(nccl):
+        link = machine_link(run)
+        rate = link_rate(link, run.device_name)
+        if rate is None:
+            said.append(f"{run.label}: the link between the GPUs ({link or 'not reported'}) has no rate in this book.")
+        elif link.startswith("NV"):
+            said.append(f"{run.label}: `nvidia-smi topo -m` reports {link} between the two GPUs, {link[2:]} NVLinks of "
+                        f"{NVLINK_GB_S_PER_LINK[specs.find(run.device_name).architecture]:g} GB/s each way: "
+                        f"{rate / 1e9:,.0f} GB/s in each direction, {2 * rate / 1e9:,.0f} GB/s counting both.")
+        else:
+            said.append(f"{run.label}: `nvidia-smi topo -m` reports {link} between the two GPUs, a path over PCIe: at "
+                        f"most {rate / 1e9:,.0f} GB/s in each direction on 16 lanes.")
+    return said
 
 
 def ddp_check_table(averaged: Mapping[str, torch.Tensor], sizes: Sequence[int], batch: int) -> Table:

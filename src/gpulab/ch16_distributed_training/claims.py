@@ -1,0 +1,218 @@
+"""What chapter 16 states about NCCL's all-reduce and DDP's scaling from one GPU to two, as claims checked on every
+recorded machine (:mod:`gpulab.core.claims`). The recordings are runs over two GPUs of one machine; a claim's GPU is
+the machine's GPU, and its evidence names the pair."""
+
+from __future__ import annotations
+
+from gpulab.ch16_distributed_training import measured
+from gpulab.core import recordings
+from gpulab.core.claims import Claim, Verdict, verdict
+from gpulab.core.printing import format_bytes
+from gpulab.core.recordings import Recording
+from gpulab.core.sweep import ok_rows
+
+NCCL = "distributed_nccl_allreduce"
+SCALING = "distributed_ddp_scaling"
+TARGET = 0.85  # the chapter's SCALING_TARGET
+
+
+def _sizes(run: Recording) -> list[dict]:
+    rows = sorted(ok_rows(run.rows), key=lambda r: r["bytes"])
+    if len(rows) < 2:
+        raise ValueError("fewer than two message sizes")
+    return rows
+
+
+def _pair(run: Recording) -> str:
+    return f"{int(run.params.get('processes', 2))} GPUs"
+
+
+def _latency(run: Recording) -> Verdict:
+    rows = _sizes(run)
+    first = rows[0]
+    flat = [r for r in rows if r["seconds"] < 2 * first["seconds"]]
+    reach = max(r["bytes"] for r in flat)
+    return verdict(10e-6 <= first["seconds"] < 100e-6 and reach >= 2**20,
+                   f"{_pair(run)}: {format_bytes(first['bytes'])} took {first['seconds'] * 1e6:.0f} µs; every size "
+                   f"up to {format_bytes(reach)} less than twice that")
+
+
+LATENCY = Claim(
+    "latency", "NCCL's smallest all-reduces took tens of microseconds, and every message up to at least 1 MiB took "
+    "less than twice as long as the smallest: below that size a fixed cost per call, not the bytes, sets the time.",
+    NCCL, _latency)
+
+
+def _plateau(run: Recording) -> Verdict:
+    rows = _sizes(run)
+    link = measured.machine_link(run)
+    rate = measured.link_rate(link, run.device_name)
+    if rate is None:
+        raise KeyError(f"no bandwidth known for the link {link!r} between the GPUs")
+    last, before = rows[-1], rows[-2]
+    share = last["busbw_gbs"] * 1e9 / rate
+    return verdict(last["busbw_gbs"] > before["busbw_gbs"] and 0.5 < share < 1,
+                   f"{_pair(run)}, linked by {link} ({rate / 1e9:,.0f} GB/s each way): {format_bytes(last['bytes'])} "
+                   f"at {last['busbw_gbs']:,.0f} GB/s, {share:.0%} of it ({format_bytes(before['bytes'])}: "
+                   f"{before['busbw_gbs']:,.0f} GB/s)")
+
+
+PLATEAU = Claim(
+    "plateau", "The bus bandwidth was still rising at the largest message measured, and there it reached more than "
+    "half, but not all, of the rate at which the link between the two GPUs carries data in one direction.",
+    NCCL, _plateau)
+
+
+def _bucket(run: Recording) -> Verdict:
+    rows = _sizes(run)
+    bucket = min(rows, key=lambda r: abs(r["bytes"] - measured.BUCKET_BYTES))
+    peak = max(rows, key=lambda r: r["busbw_gbs"])
+    share = bucket["busbw_gbs"] / peak["busbw_gbs"]
+    return verdict(share < 0.9, f"{_pair(run)}: {format_bytes(bucket['bytes'])} at {bucket['busbw_gbs']:,.0f} GB/s, "
+                                f"{share:.0%} of the peak {peak['busbw_gbs']:,.0f} GB/s")
+
+
+BUCKET = Claim(
+    "bucket", "An all-reduce of the size of DDP's default bucket (25 MiB) runs at less than 90% of the peak bus "
+    "bandwidth: it sits on the rising part of the curve, below the plateau.", NCCL, _bucket)
+
+
+def _one_batch(run: Recording, precision: str) -> dict[int, dict]:
+    found = {r["batch_per_device"]: r for r in ok_rows(run.rows)
+             if r["precision"] == precision and r.get("micro_batches", 1) == 1}
+    if len(found) < 2:
+        raise KeyError(f"fewer than two batches of {precision} with one batch per step")
+    return dict(sorted(found.items()))
+
+
+def _efficiencies(rows: dict[int, dict]) -> str:
+    return ", ".join(f"{b:,} per GPU {r['efficiency']:.0%}" for b, r in rows.items())
+
+
+def _float32_target(run: Recording) -> Verdict:
+    rows = _one_batch(run, "float32")
+    efficiency = [r["efficiency"] for r in rows.values()]
+    met = [b for b, r in rows.items() if r["efficiency"] >= TARGET]
+    rising = all(a < b for a, b in zip(efficiency, efficiency[1:], strict=False))
+    from_then_on = bool(met) and met == [b for b in rows if b >= met[0]] and met[0] != min(rows)
+    return verdict(rising and from_then_on, f"{_pair(run)}, float32: {_efficiencies(rows)}")
+
+
+FLOAT32_TARGET = Claim(
+    "float32_target", f"In float32 the efficiency rises with the batch per GPU, and it meets the {TARGET:.0%} target "
+    "once the batch is large enough, and at every larger batch measured, but not at the smallest.", SCALING,
+    _float32_target)
+
+
+def _bfloat16_faster_scales_worse(run: Recording) -> Verdict:
+    f32, bf16 = _one_batch(run, "float32"), _one_batch(run, "bfloat16")
+    both = [b for b in f32 if b in bf16]
+    if not both:
+        raise KeyError("no batch per GPU measured in both precisions")
+    largest = max(both)
+    speedup = f32[largest]["single_seconds"] / bf16[largest]["single_seconds"]
+    worse = all(bf16[b]["efficiency"] < f32[b]["efficiency"] for b in both)
+    pairs = ", ".join(f"{b:,}: {bf16[b]['efficiency']:.0%} against {f32[b]['efficiency']:.0%}" for b in both)
+    return verdict(speedup > 4 and worse, f"{_pair(run)}: at {largest:,} per GPU one GPU's bfloat16 step is "
+                                          f"{speedup:.1f}x shorter; efficiency bfloat16 against float32 {pairs}")
+
+
+BFLOAT16_FASTER_SCALES_WORSE = Claim(
+    "bfloat16_faster_scales_worse", "At the largest batch per GPU a bfloat16 step is more than four times shorter "
+    "than a float32 step, and at every batch measured in both precisions bfloat16 scales less well.", SCALING,
+    _bfloat16_faster_scales_worse)
+
+
+def _growth(rows: dict[int, dict]) -> tuple[float, float]:
+    low, high = rows[min(rows)], rows[max(rows)]
+    return high["batch_per_device"] / low["batch_per_device"], high["single_seconds"] / low["single_seconds"]
+
+
+def _host_bound(run: Recording) -> Verdict:
+    (work32, time32), (work16, time16) = _growth(_one_batch(run, "float32")), _growth(_one_batch(run, "bfloat16"))
+    return verdict(time32 >= 0.5 * work32 and time16 <= 0.25 * work16,
+                   f"{_pair(run)}: float32 {work32:.0f}x the samples in {time32:.1f}x the time; bfloat16 "
+                   f"{work16:.0f}x the samples in {time16:.1f}x the time")
+
+
+HOST_BOUND = Claim(
+    "host_bound", "From the smallest batch per GPU to the largest, one GPU's float32 step time grows at least half as "
+    "fast as the work, while its bfloat16 step time grows less than a quarter as fast: the small bfloat16 steps are "
+    "set by something other than the arithmetic.", SCALING, _host_bound)
+
+
+def _ddp_cost_flat(run: Recording) -> Verdict:
+    rows = [r for precision in ("float32", "bfloat16") for r in _one_batch(run, precision).values()]
+    added = [r["ddp_seconds"] - r["single_seconds"] for r in rows]
+    work = max(r["batch_per_device"] for r in rows) / min(r["batch_per_device"] for r in rows)
+    return verdict(min(added) > 0 and max(added) < 2 * min(added),
+                   f"{_pair(run)}: DDP added {min(added) * 1e3:.2f} to {max(added) * 1e3:.2f} ms, while the batch "
+                   f"per GPU varied {work:.0f}-fold")
+
+
+DDP_COST_FLAT = Claim(
+    "ddp_cost_flat", "The time DDP adds to a step hardly depends on the batch or the precision: across every batch per "
+    "GPU and both precisions it stays within a factor of two.", SCALING, _ddp_cost_flat)
+
+
+def _overlap(run: Recording) -> Verdict:
+    algbw, bucket = measured._bucket_algbw(run, recordings.newest_per_gpu(NCCL))
+    if not algbw:
+        raise KeyError("no NCCL recording of the same machine")
+    rows = [r for precision in ("float32", "bfloat16") for r in _one_batch(run, precision).values()]
+    margins = [r["efficiency"] - measured._no_overlap(r, algbw) for r in rows]
+    return verdict(all(m > 0 for m in margins),
+                   f"{_pair(run)}: the measured efficiency exceeds the one without overlap (at "
+                   f"{algbw / 1e9:,.0f} GB/s, the algbw of {format_bytes(bucket['bytes'])}) by "
+                   f"{min(margins) * 100:.1f} to {max(margins) * 100:.1f} points")
+
+
+OVERLAP = Claim(
+    "overlap", "In every configuration the measured efficiency beats the efficiency DDP would have if it waited "
+    "until the backward pass ended and then all-reduced all the gradients at the algorithm bandwidth that the NCCL "
+    "run measured for a bucket-sized message: part of the all-reduce ran while the backward pass was still "
+    "computing.", SCALING, _overlap)
+
+
+def _accumulation(run: Recording) -> Verdict:
+    single = {(r["precision"], r["batch_per_device"]): r for r in ok_rows(run.rows) if r.get("micro_batches", 1) == 1}
+    accumulated = [r for r in ok_rows(run.rows) if r.get("micro_batches", 1) > 1]
+    if not accumulated:
+        raise KeyError("no step that accumulates micro-batches")
+    raised = all(r["efficiency"] > single[r["precision"], r["batch_per_device"]]["efficiency"] for r in accumulated)
+    bf16_one = [r for (p, _), r in single.items() if p == "bfloat16"]
+    bf16_many = [r for r in accumulated if r["precision"] == "bfloat16"]
+    if not (bf16_one and bf16_many):
+        raise KeyError("no bfloat16 rows")
+    holds = (raised and all(r["efficiency"] < TARGET for r in bf16_one)
+             and all(r["efficiency"] >= TARGET for r in bf16_many))
+    return verdict(holds, f"{_pair(run)}, bfloat16: one batch per step "
+                          + ", ".join(f"{r['batch_per_device']:,} {r['efficiency']:.0%}" for r in bf16_one)
+                          + f"; {bf16_many[0]['micro_batches']} micro-batches of "
+                          + ", ".join(f"{r['batch_per_device']:,} {r['efficiency']:.0%}" for r in bf16_many))
+
+
+ACCUMULATION = Claim(
+    "accumulation", "Accumulating micro-batches, with one all-reduce per step, raises the efficiency above that of one "
+    f"batch of the micro-batch's size in every configuration. In bfloat16, one batch per step meets the {TARGET:.0%} "
+    "target at no batch measured, and four accumulated micro-batches meet it at every one.", SCALING, _accumulation)
+
+
+def _throughput(run: Recording) -> Verdict:
+    single = _one_batch(run, "bfloat16")
+    pairs = [(r, single[r["samples_per_step"]]) for r in ok_rows(run.rows)
+             if r["precision"] == "bfloat16" and r.get("micro_batches", 1) > 1 and r["samples_per_step"] in single]
+    if not pairs:
+        raise KeyError("no bfloat16 step of micro-batches beside one batch of the same samples")
+    holds = all(one["ddp_samples_per_s"] > many["ddp_samples_per_s"] and one["efficiency"] < many["efficiency"]
+                for many, one in pairs)
+    return verdict(holds, f"{_pair(run)}: " + "; ".join(
+        f"{many['samples_per_step']:,} samples as {many['micro_batches']} micro-batches {many['efficiency']:.0%}, "
+        f"{many['ddp_samples_per_s']:,.0f}/s, as one batch {one['efficiency']:.0%}, {one['ddp_samples_per_s']:,.0f}/s"
+        for many, one in pairs))
+
+
+THROUGHPUT = Claim(
+    "throughput", "In bfloat16, one batch of a step's samples moves more samples per second than the same samples as "
+    "accumulated micro-batches, at a lower efficiency: efficiency says how well the GPUs share the work, not how fast "
+    "the work goes.", SCALING, _throughput)
