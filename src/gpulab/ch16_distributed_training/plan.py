@@ -26,6 +26,8 @@ FULL = dict(  # the sizes of the recordings (two H200s) and of the book's CPU bu
     scaling_batches=[256, 1024, 4096],  # samples per GPU
     scaling_precisions=["float32", "bfloat16"],  # float32 with TF32 off; bfloat16 autocast
     scaling_micro_batches=[1, 4],  # batches per optimizer step: 4 accumulates gradients, all-reduced once
+    # tensor, pipeline and FSDP checked against one process: 2 processes (gloo); widths divisible by 2
+    parallel_sizes=[64, 128, 128, 128, 10], parallel_batch=64,
 )
 
 # What one GPU runs (the simulations, the DDP check, gloo) is cheap and keeps its full size in every candidate;
@@ -44,7 +46,8 @@ CLASSES = [
 CPU = dict(FULL)  # the book's build runs the CPU experiments at full size; the two-GPU ones show the recordings
 SMOKE = {**FULL, "traffic_batches": [256, 4096], "simulated_workers": [2, 3, 4, 8], "simulated_elements": 840,
          "ddp_sizes": [16, 32, 4], "ddp_batch": 8, "gloo_sizes": [8, 4096, 2**16], "nccl_sizes": [8, 2**20],
-         "scaling_sizes": [256, 256, 10], "scaling_batches": [64]}
+         "scaling_sizes": [256, 256, 10], "scaling_batches": [64], "parallel_sizes": [16, 32, 32, 4],
+         "parallel_batch": 8}
 
 PROCESSES = 2
 # The link between the two GPUs: PCIe 3 between two T4s (a class's likeliest pair) carries about 10 GB/s each way;
@@ -106,12 +109,14 @@ def _scaling(s: dict) -> list[Work]:
 
 
 def work(s: dict) -> list[Work]:
-    """The simulation, the DDP check and the gloo sweep on the CPU (each a torchrun); on two GPUs, the NCCL sweep
-    and the scaling, each a torchrun that sets up NCCL."""
+    """The simulation, the DDP check, the checks of tensor, pipeline and sharded parallelism and the gloo sweep on
+    the CPU (each a torchrun); on two GPUs, the NCCL sweep and the scaling, each a torchrun that sets up NCCL."""
     simulation = SIMULATION_SECONDS * (s["simulated_elements"] / FULL["simulated_elements"]) * (
         sum(s["simulated_workers"]) / sum(FULL["simulated_workers"]))
     return [budget.host_seconds("simulated all-reduces (NumPy)", simulation),
             budget.host_seconds("DDP check on two CPU processes (gloo)", budget.TORCHRUN_SECONDS),
+            budget.host_seconds("tensor, pipeline and FSDP checks on two CPU processes (gloo)",
+                                budget.TORCHRUN_SECONDS, 3),
             budget.host_seconds("all-reduce sweep on two CPU processes (gloo)",
                                 budget.TORCHRUN_SECONDS + GLOO_SWEEP_SECONDS),
             budget.host_seconds("torchrun and NCCL, twice", budget.TORCHRUN_SECONDS + NCCL_INIT_SECONDS, 2),
