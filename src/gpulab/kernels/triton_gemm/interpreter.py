@@ -36,12 +36,21 @@ the interpreter is on, NumPy refuses ``int()`` of a one-element array, and the i
 has the faulty ``int(self.handle.data)`` (:func:`triton_has_index_bug`). The unit tests check that the bug is
 still there in the pinned Triton (so that the repair is dropped when the pin moves to a fixed Triton) and
 that the repaired method converts what the original cannot.
+
+**When triton was imported first.** Triton's own library (``tl.zeros``, ``tl.sum``'s helpers, ...) is made of
+``@triton.jit`` functions too, decorated when ``import triton`` runs. If anything imported triton before
+:func:`choose_mode` set ``TRITON_INTERPRET=1`` -- ``torch.utils.flop_counter`` does, to ask whether it is there,
+and chapter 06's attention module imports that -- those stay compiled-mode functions, and the first interpreted
+kernel that calls one fails with "Cannot call @triton.jit'd outside of the scope of a kernel". So
+:func:`choose_mode` also replaces each of them by the interpreted function ``@triton.jit`` would have made
+(:func:`interpret_triton_library`): one replacement per function, shared by every module that names it.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import sys
 
 import numpy as np
 
@@ -60,6 +69,7 @@ def choose_mode() -> bool:
     """
     if not kernel_mode.on_gpu() and os.environ.get("TRITON_INTERPRET", "").strip() != "0":
         os.environ["TRITON_INTERPRET"] = "1"
+    interpret_triton_library()  # in case something imported triton before the mode was chosen
     return interpreting()
 
 
@@ -117,3 +127,23 @@ def install_index_repair() -> bool:
 def index_repair_installed() -> bool:
     """True when the interpreter currently uses the repaired ``__index__``."""
     return interpreting() and _interpreter_module()._patch_lang_tensor is _index_repaired
+
+
+def interpret_triton_library() -> int:
+    """Replace Triton's compiled-mode library functions by interpreted ones when the interpreter is on and triton
+    was imported before the mode was chosen (see the module); returns how many."""
+    if not interpreting() or "triton.language" not in sys.modules:
+        return 0
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    replacements: dict[int, InterpretedFunction] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in replacements:
+                    replacements[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attribute, replacements[id(value)])
+    return len(replacements)
