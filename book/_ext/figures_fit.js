@@ -124,7 +124,16 @@
       if (!overlap || !tries) return null;
       return relayout(div, {"margin.t": div.layout.margin.t + overlap + 6}).then(() => lift(tries - 1));
     };
-    relayout(div, update).then(() => lift(3));
+    // a legend moved under the plot goes below the x axis's title too (plotly puts it a share of the plot's
+    // height down, which on a short plot is where that title is)
+    const lower = () => {
+      const legend = div.querySelector(".legend"), axis = div.querySelector(".g-xtitle");
+      if (!narrow || !legend || !axis || !div._fullLayout._size) return null;
+      const overlap = axis.getBoundingClientRect().bottom + 6 - legend.getBoundingClientRect().top;
+      if (overlap <= 0) return null;
+      return relayout(div, {"legend.y": div.layout.legend.y - overlap / div._fullLayout._size.h});
+    };
+    relayout(div, update).then(() => lift(3)).then(lower);
   }
 
   function restore(div) {

@@ -22,12 +22,12 @@ METHODS = {"tensor": "tensor parallel (column, then row)", "pipeline": "pipeline
 PHASE_COLOURS = {"forward": "#6fa8dc", "backward": "#e69138"}
 
 
-def timeline_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
+def timeline_figure(rows: Sequence[dict], *, title: str, time_unit: str = "forward passes") -> go.Figure:
     """One bar per pass of a pipelined step: stages down, time across, forward passes blue and backward orange,
     each labelled with its micro-batch. The white gaps are the bubble.
 
-    ``rows`` as :func:`.pipeline.timeline` gives them (unit times) or a run recorded them (seconds; the
-    times are shifted to start at 0).
+    ``rows`` as :func:`.pipeline.timeline` gives them (``time_unit`` 'forward passes') or a run recorded them
+    (``time_unit`` 's'; the times are shifted to start at 0).
     """
     if not rows:
         raise ValueError("rows: an empty timeline")
@@ -43,7 +43,8 @@ def timeline_figure(rows: Sequence[dict], *, title: str) -> go.Figure:
             hovertemplate=f"{phase} of micro-batch %{{text}}<br>%{{base:.3g}} to %{{x:.3g}} later<extra></extra>"))
     bubble = pipeline.bubble_fraction(rows)
     fig.update_layout(title=plots.wrapped_title(f"{title}<br><sub>idle share (bubble): {bubble:.1%}</sub>"),
-                      barmode="overlay", height=160 + 50 * len(stages), xaxis_title="time",
+                      barmode="overlay", height=160 + 50 * len(stages), xaxis_title=f"time ({time_unit})",
+                      yaxis_title="pipeline stage (one GPU each)",
                       yaxis=dict(autorange="reversed", categoryorder="array",
                                  categoryarray=[f"stage {s}" for s in stages]))
     return fig
