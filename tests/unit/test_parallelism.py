@@ -8,7 +8,15 @@ import torch.nn.functional as F
 
 from conftest import needs_gpu
 from gpulab.ch04_mlp_gemms import mlp
-from gpulab.ch16_distributed_training import ddp, parallel, parallel_figures, pipeline, sharded, tensor_parallel
+from gpulab.ch16_distributed_training import (
+    ddp,
+    measured,
+    parallel,
+    parallel_figures,
+    pipeline,
+    sharded,
+    tensor_parallel,
+)
 from gpulab.core.correctness import relative_error
 
 SIZES, BATCH, SEED = [12, 16, 8, 8, 5], 8, 3  # four linear layers: two tensor-parallel blocks, or up to four stages
@@ -154,16 +162,10 @@ def test_nccl_parallelism_on_two_gpus():
     assert all(r["peak_memory_bytes"] > 0 and 0 < r["efficiency"] < 1.5 for r in rows)
 
 
-def _whole_batch_step(sizes, batch):
-    model, X, labels = ddp.gradient_problem(sizes, batch)
-    loss = torch.nn.functional.cross_entropy(model(X), labels)
-    loss.backward()
-    return {"loss": loss.item(), "gradients": {n: p.grad.clone() for n, p in model.named_parameters()}}
-
-
 def test_the_page_check_passes_the_whole_batch_gradients_and_names_a_wrong_one():
     sizes, batch = [8, 16, 4], 8
-    right = _whole_batch_step(sizes, batch)
+    loss, gradients = measured.whole_batch_step(sizes, batch)
+    right = {"loss": loss, "gradients": gradients}
     assert parallel_figures.check_rows({"tensor": right}, sizes, batch)[0]["error"] == 0.0
     wrong = {**right, "gradients": {n: 2 * g for n, g in right["gradients"].items()}}
     with pytest.raises(AssertionError, match="pipeline: the gradient of"):

@@ -97,14 +97,23 @@ def link_statements(nccl: Sequence[Recording]) -> list[str]:
     return said
 
 
+def whole_batch_step(sizes: Sequence[int], batch: int) -> tuple[float, dict[str, torch.Tensor]]:
+    """One process's training step on the whole batch of :func:`.ddp.gradient_problem` (the workers' model and
+    batch): the loss, the mean over all its samples, and every parameter's gradient by name. What a parallel step,
+    DDP's or another method's, must reproduce."""
+    model, X, labels = gradient_problem(sizes, batch)
+    loss = F.cross_entropy(model(X), labels)
+    loss.backward()
+    return loss.item(), {name: parameter.grad for name, parameter in model.named_parameters()}
+
+
 def ddp_check_table(averaged: Mapping[str, torch.Tensor], sizes: Sequence[int], batch: int) -> Table:
     """DDP's averaged gradients (:func:`.ddp.ddp_gradients`) against the gradient of the whole batch computed by one
     process; raises if a parameter's differ by more than float32 rounding allows."""
-    model, X, labels = gradient_problem(sizes, batch)  # the same model and batch as the workers'
-    F.cross_entropy(model(X), labels).backward()  # one process, the whole batch: the mean over all its samples
-    rows = [{"name": name, "shape": " x ".join(map(str, parameter.shape)),
-             "error": check_close(averaged[name], parameter.grad, 1e-5, f"DDP's gradient of {name}")}
-            for name, parameter in model.named_parameters()]
+    _, gradients = whole_batch_step(sizes, batch)
+    rows = [{"name": name, "shape": " x ".join(map(str, gradient.shape)),
+             "error": check_close(averaged[name], gradient, 1e-5, f"DDP's gradient of {name}")}
+            for name, gradient in gradients.items()]
     return table(rows, [Column("name", "parameter"), Column("shape"),
                         Column("error", "DDP's average against the whole batch's gradient, relative", format=".1e")],
                  caption=f"one DDP step of 2 gloo processes on {batch // 2} samples each")

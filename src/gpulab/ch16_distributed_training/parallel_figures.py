@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
-import torch.nn.functional as F
 
 from gpulab.ch16_distributed_training import pipeline, sharded
-from gpulab.ch16_distributed_training.ddp import gradient_problem
+from gpulab.ch16_distributed_training.measured import whole_batch_step
 from gpulab.core import plots, recordings
 from gpulab.core.correctness import check_close
 from gpulab.core.printing import format_bytes
@@ -75,16 +74,14 @@ def check_rows(results: Mapping[str, Mapping], sizes: Sequence[int], batch: int)
     """Each method's step (:func:`.parallel.parallel_gradients`, by strategy) against one process's step on the whole
     batch: the loss, and the largest relative error over the parameters' gradients. Raises if any differs by more
     than float32 rounding allows."""
-    model, X, labels = gradient_problem(sizes, batch)  # the workers' model and batch
-    loss = F.cross_entropy(model(X), labels)
-    loss.backward()
+    loss, gradients = whole_batch_step(sizes, batch)
     rows = []
     for strategy, result in results.items():
-        errors = [check_close(result["gradients"][name], parameter.grad, 1e-5, f"{strategy}: the gradient of {name}")
-                  for name, parameter in model.named_parameters()]
-        if abs(result["loss"] - loss.item()) > 1e-5 * abs(loss.item()):
-            raise AssertionError(f"{strategy}: loss {result['loss']:.7g}, one process {loss.item():.7g}")
-        rows.append({"method": METHODS.get(strategy, strategy), "loss": result["loss"], "reference": loss.item(),
+        errors = [check_close(result["gradients"][name], gradient, 1e-5, f"{strategy}: the gradient of {name}")
+                  for name, gradient in gradients.items()]
+        if abs(result["loss"] - loss) > 1e-5 * abs(loss):
+            raise AssertionError(f"{strategy}: loss {result['loss']:.7g}, one process {loss:.7g}")
+        rows.append({"method": METHODS.get(strategy, strategy), "loss": result["loss"], "reference": loss,
                      "parameters": len(errors), "error": max(errors)})
     return rows
 
