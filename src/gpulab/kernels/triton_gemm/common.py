@@ -131,6 +131,6 @@ def check(matmul: Callable[..., torch.Tensor], m: int, n: int, k: int, dtype: to
     a, b = random_operands(m, n, k, dtype, device, seed)
     out = poisoned((m, n), dtype, device)
     result = matmul(a, b, out=out)
-    reference = a.double().cpu() @ b.double().cpu()
+    reference = a.double() @ b.double()  # on the GPU: its float64 units take milliseconds where a CPU takes seconds
     name = what or getattr(matmul, "__module__", "matmul")
     return check_close(result, reference, tolerance(dtype, k), f"{name} at {m} x {n} x {k} {dtype}")
