@@ -163,13 +163,13 @@ def _hand_beats_bytes(run: Recording) -> Verdict:
     speedup = others["eager"]["seconds"] / best["seconds"]
     predicted = fusion.chain_cost("bias_gelu_dropout", 1).bytes / 8
     compiled = best["gbytes_per_s"] / others["torch.compile"]["gbytes_per_s"]
-    return verdict(speedup > predicted and compiled >= 1.5,
+    return verdict(speedup > predicted and compiled >= 1.25,
                    f"{speedup:.2f}x eager (bytes {predicted:.2f}x); torch.compile takes {compiled:.2f}x its time")
 
 
 HAND_BEATS_BYTES = Claim(
     "hand_beats_bytes", "The best hand-fused kernel beats eager PyTorch by more than the ratio of the bytes, 25 to 8, "
-    "and `torch.compile`'s kernel takes at least one and a half times its time.", HAND, _hand_beats_bytes)
+    "and `torch.compile`'s kernel takes at least a quarter longer.", HAND, _hand_beats_bytes)
 
 
 def _horizontal(run: Recording) -> Verdict:
