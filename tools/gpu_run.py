@@ -82,12 +82,14 @@ def save_times(profile: str, times: list[dict]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{profile}.json"
     kept = json.loads(path.read_text())["notebooks"] if path.exists() else []
+    when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    # each entry says when and at which commit it ran: the kept ones may come from an earlier run
+    times = [{"git_commit": os.environ.get("GPULAB_GIT_COMMIT"), "date": when, **t} for t in times]
     ran = {t["notebook"] for t in times}
     times = sorted([t for t in kept if t["notebook"] not in ran] + times, key=lambda t: t["notebook"])
     path.write_text(json.dumps({
         "profile": profile, "total_seconds": round(sum(t["seconds"] for t in times), 1), "notebooks": times,
-        "device": info.as_dict(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "git_commit": os.environ.get("GPULAB_GIT_COMMIT"),
+        "device": info.as_dict(), "date": when, "git_commit": os.environ.get("GPULAB_GIT_COMMIT"),
     }, indent=1) + "\n")
     return path
 

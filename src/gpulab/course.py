@@ -102,7 +102,7 @@ def measured_rows(root: Path | None = None) -> list[dict]:
             rows.append({"chapter": title(chapter), "gpu": run["gpu"], "profile": run["profile"],
                          "predicted": predicted, "measured": entry["seconds"] / 60,
                          "ratio": entry["seconds"] / 60 / predicted if predicted else None,
-                         "status": entry["status"], "date": run["date"]})
+                         "status": entry["status"], "date": entry.get("date", run["date"])[:10]})
     return rows
 
 
@@ -117,7 +117,7 @@ def measured_table(root: Path | None = None) -> Table:
 def lab_rows(root: Path | None = None) -> list[dict]:
     """Per lab and GPU: the measured minutes of its solution in a ``make gpu-run`` (the labs have one size)."""
     return [{"lab": Path(entry["notebook"]).stem.replace("_", " "), "gpu": run["gpu"],
-             "measured": entry["seconds"] / 60, "date": run["date"]}
+             "measured": entry["seconds"] / 60, "date": entry.get("date", run["date"])[:10]}
             for run in measured_runs(root) for entry in run["notebooks"] if entry["notebook"].startswith("labs/")]
 
 
