@@ -33,7 +33,7 @@ SAMPLE = "\n".join([
     line(0, SGEMM, "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "inst", "1,073,741,824"),
     line(0, SGEMM, "sm__sass_thread_inst_executed_op_fadd_pred_on.sum", "inst", "0"),
     line(0, SGEMM, "sm__sass_thread_inst_executed_op_fmul_pred_on.sum", "inst", "1,048,576"),
-    line(0, SGEMM, "sm__ops_path_tensor_src_fp16_dst_fp32.sum", "", "n/a"),
+    line(0, SGEMM, "sm__ops_path_tensor_src_fp16.sum", "", "n/a"),
     line(0, SGEMM, "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "71.25"),
     line(0, SGEMM, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "%", "45.10"),
     line(0, SGEMM, "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", "ratio", "2.50"),
@@ -116,7 +116,7 @@ def test_flops_count_an_fma_twice_and_skip_what_ncu_could_not_collect():
     assert sgemm["flops"] == 2 * 1_073_741_824 + 1_048_576
     assert sgemm["flops_by_precision"]["fp32"] == sgemm["flops"]
     assert sgemm["flops_by_precision"]["tensor"] == 0
-    assert "sm__ops_path_tensor_src_fp16_dst_fp32.sum" in sgemm["missing"]
+    assert "sm__ops_path_tensor_src_fp16.sum" in sgemm["missing"]
     assert transpose["flops"] == 0
     assert "gpu__time_duration.sum" not in transpose["missing"]
 

@@ -190,3 +190,14 @@ def test_stamped_recordings_were_fresh_when_they_moved_to_the_closure_fingerprin
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "stamp_fingerprints.py"), "--check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_parts_with_the_same_name_and_code_in_several_modules_are_matched_one_to_one():
+    # step4.CONFIG = dict(STEP3_CONFIG), step5.CONFIG = dict(STEP4_CONFIG), ...: one text, one digest, three places
+    recorded = {"hash": "old", "version": 1, "parts": {"m4.CONFIG": "d", "m5.CONFIG": "d", "m6.CONFIG": "d",
+                                                        "m1.tile": "t1"}}
+    now = provenance.Fingerprint(hash="new", version=1, parts={"m4.CONFIG": "d", "m5.CONFIG": "d", "m6.CONFIG": "d",
+                                                                "m1.tile": "t2"})
+    assert provenance.changes(recorded, now) == ["m1.tile changed"]
+    fewer = provenance.Fingerprint(hash="new", version=1, parts={"m4.CONFIG": "d", "m1.tile": "t1"})
+    assert provenance.changes(recorded, fewer) == ["the code changed"]  # two CONFIGs fewer, but the name still runs

@@ -16,12 +16,13 @@ The metric names in :data:`METRICS`, and where each comes from:
   own roofline charts use (an FMA counts 2 FLOP: ``derived__sm__sass_thread_inst_executed_op_ffma_pred_on_x2``);
   ``sm__inst_executed_pipe_tensor_op_hmma.sum`` (warp-level tensor-core instructions; NVIDIA's blog on
   profiling mixed precision with Nsight Compute);
-- listed by ``ncu --query-metrics`` as quoted by NVIDIA staff (developer forums), not in the guide's text:
-  ``sm__ops_path_tensor_src_{fp16,bf16,tf32}_dst_fp32.sum`` and ``..._src_fp16_dst_fp16.sum``, "math ops
-  executed in Tensor path"; whether one op is one FLOP or one FMA, and whether Hopper's GMMA (``wgmma``)
-  instructions are counted in them, must be confirmed on the GPU (a 4096^3 GEMM should give 2 M N K);
-- guesses to confirm with ``ncu --query-metrics`` on an H100/H200: ``sm__inst_executed_pipe_tensor_op_gmma.sum``
-  (Hopper's warpgroup MMA pipe) and the warp-stall family below.
+- listed by ``ncu --query-metrics`` (Nsight Compute 2025.3.1 on an H100, 2026-11-25), not in the guide's text:
+  ``sm__ops_path_tensor_src_fp16.sum`` (any accumulator), ``..._src_bf16_dst_fp32.sum``,
+  ``..._src_tf32_dst_fp32.sum``, ``..._src_fp8.sum`` and ``..._src_fp64.sum``, "math ops executed in Tensor
+  path". On that H100, cuBLAS's TF32 GEMM of 4096^3 (an HGMMA kernel) gave exactly 2 M N K: one op is one FLOP,
+  and Hopper's GMMA (``wgmma``) instructions are counted. ``sm__inst_executed_pipe_tensor_op_gmma.sum`` is listed
+  too, beside ``..._op_hmma.sum``. (Names with ``_src_fp16_dst_fp32`` that earlier notes gave exist only per
+  instruction kind, ``sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32``: ncu reports an unknown name as n/a.)
 
 Warp stalls: the counter-based family ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``
 (cycles a warp spends stalled for ``<reason>`` per issued instruction) is what ncu's WarpStateStats section and
@@ -65,8 +66,8 @@ SASS_FLOPS: dict[str, dict[str, int]] = {
     "fp16": {_sass("hfma"): 2, _sass("hadd"): 1, _sass("hmul"): 1},
 }
 # tensor-core operations, counted as FLOP (confirm on the GPU: a GEMM of M x N x K should read 2 M N K)
-TENSOR_OPS = tuple(f"sm__ops_path_tensor_src_{src}_dst_{dst}.sum"
-                   for src, dst in (("fp16", "fp32"), ("bf16", "fp32"), ("tf32", "fp32"), ("fp16", "fp16")))
+TENSOR_OPS = tuple(f"sm__ops_path_tensor_src_{src}.sum"
+                   for src in ("fp16", "bf16_dst_fp32", "tf32_dst_fp32", "fp8", "fp64"))
 STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
                  "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
                  "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait")

@@ -139,13 +139,19 @@ def changes(recorded: dict, current: Fingerprint) -> list[str]:
     if recorded.get("version") != current.version:
         said.append(f"version {recorded.get('version')} -> {current.version}")
     before = dict(recorded.get("parts", {}))
-    unmatched_before = {(_part_name(w), d): w for w, d in before.items()}
+    # (name, digest) -> the places it was recorded at: several parts can share both (CONFIG = dict(OTHER_CONFIG) in
+    # three modules), and each recorded one matches one current part
+    unmatched_before: dict[tuple[str, str], list[str]] = {}
+    for w, d in before.items():
+        unmatched_before.setdefault((_part_name(w), d), []).append(w)
     changed_names = {_part_name(w) for w in before}
     for where, digest in current.parts.items():
-        if unmatched_before.pop((_part_name(where), digest), None) is not None:
+        places = unmatched_before.get((_part_name(where), digest))
+        if places:
+            places.remove(where if where in places else places[0])
             continue  # the same code, perhaps in another module
         said.append(f"{where} changed" if _part_name(where) in changed_names else f"{where} is new")
     current_names = {_part_name(w) for w in current.parts}
-    said += [f"{where} no longer runs" for (name, _), where in sorted(unmatched_before.items())
+    said += [f"{where} no longer runs" for (name, _), places in sorted(unmatched_before.items()) for where in places
              if name not in current_names]
     return said or ["the code changed"]

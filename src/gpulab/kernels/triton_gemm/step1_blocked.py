@@ -46,8 +46,11 @@ def tile_product(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_
     """The float32 ``BLOCK_M x BLOCK_N`` tile (pid_m, pid_n) of A @ B: the loop over K in steps of BLOCK_K."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.where(offs_m < M, offs_m, 0)  # clamp: a valid address whose result is never stored
-    cols = tl.where(offs_n < N, offs_n, 0)
+    # wrap around: a valid address whose result is never stored. Written as % (not tl.where(offs < M, offs, 0)) so
+    # that the compiler still sees runs of 16 consecutive indices (M and N divisible by 16) and loads 16 bytes at
+    # a time; with tl.where it loaded B one 2-byte element at a time (LDG.E.U16), at 7% of cuBLAS on an H100
+    rows = offs_m % M
+    cols = offs_n % N
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak  # BLOCK_M x BLOCK_K addresses
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn  # BLOCK_K x BLOCK_N addresses
