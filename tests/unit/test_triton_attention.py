@@ -1,6 +1,6 @@
 """FlashAttention in Triton (gpulab.kernels.triton_attention): the forward and backward kernels against float64
-attention under Triton's interpreter on the CPU (compiled on a GPU), the launchers' errors, the lab's grader, and
-the GPU experiment's pure parts.
+attention under Triton's interpreter on the CPU (compiled on a GPU), the launchers' errors, and the GPU
+experiment's pure parts (the lab's graders are tested in test_lab13_flash_attention.py).
 
 As for gpulab.kernels.triton_gemm, the package switches the interpreter on (TRITON_INTERPRET=1) when there is no
 GPU, before its kernels are defined, so nothing needs setting here."""
@@ -21,7 +21,7 @@ from gpulab.ch06_recurrent_and_attention.attention import scaled_dot_product
 from gpulab.core import kernel_mode
 from gpulab.core.correctness import check_close
 from gpulab.core.provenance import fingerprint_of
-from gpulab.kernels.triton_attention import attention, attention_backward, attention_forward, lab, measure
+from gpulab.kernels.triton_attention import attention, attention_backward, attention_forward, measure
 from gpulab.kernels.triton_attention.reference import (
     check_attention,
     check_forward,
@@ -135,65 +135,6 @@ def test_bad_settings_raise_clear_errors():
     out, lse = attention_forward(q, k, v, BLOCK_M=16, BLOCK_N=16)
     with pytest.raises(ValueError, match=r"^lse: the forward's float32 log-sum-exp of shape \(1, 2, 32\)"):
         attention_backward(q, k, v, out, lse[0], out)
-
-
-# The lab: the grader against the reference and against each typical wrong answer.
-
-def test_the_reference_update_passes_on_fresh_tiles():
-    verdict = lab.check_online_update(lab.online_update)
-    assert verdict and verdict.passed and len(verdict.cases) == 4 and str(verdict).startswith("passed")
-
-
-@pytest.mark.parametrize("mistake", list(lab.MISTAKES))
-def test_each_typical_mistake_is_named(mistake):
-    wrong, hint = lab.MISTAKES[mistake]
-    verdict = lab.check_online_update(wrong, seed=4)
-    assert not verdict and verdict.mistake == mistake and verdict.hint == hint
-    assert len(verdict.returned) == 3 and len(verdict.expected) == 3 and verdict.case in verdict.cases
-    assert not all(np.allclose(r, e) for r, e in zip(verdict.returned, verdict.expected, strict=True))
-
-
-def test_the_rescaling_mistakes_show_only_once_the_maximum_moves():
-    assert lab.check_online_update(lab.forgot_rescale).case == "a tile that raises every row's maximum"
-    assert lab.check_online_update(lab.max_updated_after_use).case.startswith("the first tile")
-
-
-def test_other_wrong_answers_get_a_hint_without_a_name():
-    def doubled_l(m, l, acc, s, v):  # noqa: E741
-        m, l, acc = lab.online_update(m, l, acc, s, v)  # noqa: E741
-        return m, 2 * l, acc
-
-    def in_place(m, l, acc, s, v):  # noqa: E741  (updating the inputs in place is fine: the grader passes copies)
-        m_new, l_new, acc_new = lab.online_update(m, l, acc, s, v)
-        m[:], l[:], acc[:] = m_new, l_new, acc_new
-        return m, l, acc
-
-    verdict = lab.check_online_update(doubled_l)
-    assert verdict.mistake is None and verdict.hint.startswith("l differ")
-    assert "raised ZeroDivisionError" in lab.check_online_update(lambda *a: 1 / 0).hint
-    assert lab.check_online_update(lambda *args: args[:2]).hint.startswith("return three arrays")
-    assert lab.check_online_update(in_place)
-
-
-def test_the_tile_loop_grader():
-    assert lab.check_tile_loop(lab.tile_loop)
-
-    def dropped(q, k, v, block_n):
-        whole = k.shape[0] // block_n * block_n
-        return lab.tile_loop(q, k[:whole], v[:whole], block_n)
-
-    assert lab.check_tile_loop(_acc).mistake == "not divided by l"
-    verdict = lab.check_tile_loop(dropped)
-    assert verdict.mistake == "dropped the last tile" and verdict.case.startswith("a short last tile")
-
-
-def _acc(q, k, v, block_n):
-    """The tile loop without its last line (acc / l)."""
-    m, l, acc = np.full(len(q), -np.inf), np.zeros(len(q)), np.zeros((len(q), v.shape[1]))  # noqa: E741
-    for start in range(0, len(k), block_n):
-        s = q @ k[start:start + block_n].T / np.sqrt(q.shape[1])
-        m, l, acc = lab.online_update(m, l, acc, s, v[start:start + block_n])  # noqa: E741
-    return acc
 
 
 # The GPU experiment: what can run without a GPU.

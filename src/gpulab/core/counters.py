@@ -52,7 +52,7 @@ L2 = "lts__t_bytes.sum"
 SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY_THROUGHPUT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 HMMA_INST = "sm__inst_executed_pipe_tensor_op_hmma.sum"
-GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"  # a guess: confirm with ncu --query-metrics on Hopper
+GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"  # listed by ncu 2025.3.1 on the H100
 
 
 def _sass(op: str) -> str:
@@ -68,7 +68,7 @@ SASS_FLOPS: dict[str, dict[str, int]] = {
 # tensor-core operations, counted as FLOP (confirm on the GPU: a GEMM of M x N x K should read 2 M N K)
 TENSOR_OPS = tuple(f"sm__ops_path_tensor_src_{src}.sum"
                    for src in ("fp16", "bf16_dst_fp32", "tf32_dst_fp32", "fp8", "fp64"))
-STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
+STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "gmma", "imc_miss", "lg_throttle",
                  "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
                  "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait")
 STALLS = tuple(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)

@@ -6,8 +6,10 @@ Chapter 13 derived attention in blocks in NumPy; this package runs the same arit
 - :mod:`.backward` -- the backward kernels (FlashAttention-2's order, no atomics) and :func:`.backward.attention`,
   a differentiable function like ``F.scaled_dot_product_attention``;
 - :mod:`.reference` -- float64 attention on the host and the check that runs before anything is timed;
-- :mod:`.lab` -- the online-softmax update a student writes, in NumPy, and its grader;
 - :mod:`.measure` -- the GPU experiment: TFLOP/s of the kernels against every SDPA backend (GPU only).
+
+The lab "Flash attention" (:mod:`gpulab.labs.lab13_flash_attention`) has the student write the online-softmax update
+and the tile loop, in NumPy and then inside a Triton kernel of this shape, graded there.
 
 **Where the kernels run.** As for :mod:`gpulab.kernels.triton_gemm`: on a machine without a GPU, Triton's
 interpreter runs them on CPU tensors (float16 or float32: it has no bfloat16 arithmetic), which is how the unit

@@ -1,34 +1,37 @@
-"""Lab "Flash attention": the two pieces a student writes, their NumPy references, and the graders.
+"""Lab "Flash attention", exercises 1 and 2: the online-softmax update and the tile loop in NumPy, and their graders.
 
-The kernel of :mod:`.forward` is two ideas wrapped in Triton: the *online-softmax update* (fold one tile of
-scores into a running maximum, a running sum and an unnormalised output) and the *tile loop* (start from an
-empty state, update with every tile of keys, divide at the end). The lab has the student write both, first as
-plain NumPy functions, because every mistake worth making is already possible there:
+The forward kernel of :mod:`gpulab.kernels.triton_attention.forward` is two ideas wrapped in Triton: the
+*online-softmax update* (fold one tile of scores into a running maximum, a running sum and an unnormalised output)
+and the *tile loop* (start from an empty state, update with every tile of keys, divide at the end). The lab has the
+student write both as plain NumPy functions first, because every mistake worth making is already possible there:
 
 - :func:`online_update` -- given the running max ``m``, the running sum ``l``, the accumulator ``acc`` of a block of
   query rows, a new tile of scores ``s`` (rows x tile) and the tile's values ``v`` (tile x d), return the new
-  ``(m, l, acc)``. :func:`check_online_update` grades a student's version.
+  ``(m, l, acc)``. :func:`diagnose_online_update` grades a student's version.
 - :func:`tile_loop` -- attention for one block of queries by that update over tiles of ``block_n`` keys (the last
-  tile may be short). :func:`check_tile_loop` grades it against attention with every score stored
-  (:func:`.reference.reference_attention`, chapter 13's ``naive_attention``).
+  tile may be short). :func:`diagnose_tile_loop` grades it against attention with every score stored
+  (:func:`gpulab.kernels.triton_attention.reference.reference_attention`, chapter 13's ``naive_attention``).
 
-A grader never just says "wrong". It runs the student's function on fresh random tiles, each case built so
-that one kind of mistake shows (a first tile, where ``m = -inf`` and nothing needs rescaling; a tile that raises
-every row's maximum, where everything must be rescaled; a tile that raises some rows only), and when the answer
-is wrong it runs the typical wrong answers (:data:`MISTAKES`) on the same inputs: if one of them gives what the
-student's gave, the hint names that mistake. The result says what came back and what was expected.
+A grader never just says "wrong". It runs the student's function on fresh random tiles, each case built so that
+one kind of mistake shows (a first tile, where ``m = -inf`` and nothing needs rescaling; a tile that raises every
+row's maximum, where everything must be rescaled; a tile that raises some rows only; scores of about 100), and when
+the answer is wrong it runs the typical wrong answers (:data:`MISTAKES`) on the same inputs: if one of them gives
+what the student's gave, the diagnosis names that mistake, and :data:`HINTS` says how to fix it. A diagnosis is a
+:class:`gpulab.labs.grading.Diagnosis`, recorded with :func:`gpulab.labs.grading.grade`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from gpulab.kernels.triton_attention.reference import reference_attention
+from gpulab.labs import grading
 
 
 def online_update(m: np.ndarray, l: np.ndarray, acc: np.ndarray, s: np.ndarray,  # noqa: E741  (the paper's l)
@@ -78,6 +81,7 @@ def max_updated_after_use(m, l, acc, s, v):  # noqa: E741
     return m_new, alpha * l + p.sum(axis=1), alpha[:, None] * acc + p @ v
 
 
+# The typical wrong updates, and the hint for each (the name is the diagnosis's problem).
 MISTAKES: dict[str, tuple[Callable, str]] = {
     "forgot to rescale": (forgot_rescale, "l and acc were summed under the old maximum: multiply both by "
                                           "alpha = exp(m - m_new) before adding the new tile"),
@@ -90,33 +94,42 @@ MISTAKES: dict[str, tuple[Callable, str]] = {
                                                          "first tile): compute m_new first, then "
                                                          "p = exp(s - m_new[:, None])"),
 }
+TILE_LOOP_HINTS = {
+    "not divided by l": "the loop ends with acc; the output is acc / l[:, None]",
+    "dropped the last tile": "loop with range(0, n, block_n) and slice k[start:start + block_n] (the last slice "
+                             "is shorter)",
+    "wrong values": "the output differs from attention with every score stored: print m and l after each tile",
+}
+HINTS = {
+    "not answered": "replace the placeholder with your code: the formulas are in the text above the cell",
+    **{name: hint for name, (_, hint) in MISTAKES.items()},
+    "not three arrays": "return three arrays: (m_new, l_new, acc_new)",
+    "wrong values": "compare each line with online_update's formulas: m_new, alpha, p, then l and acc",
+    "error": "the function takes numpy arrays (m, l, acc, s, v) and returns numpy arrays",
+    **TILE_LOOP_HINTS,
+}
+PROBLEMS = ("ok", "error", "not answered", "not three arrays", "wrong values", *MISTAKES, "not divided by l",
+            "dropped the last tile")
 
 
-@dataclass
-class Verdict:
-    """A grader's answer: ``passed``, and for a failure the case, what came back, what was expected and a hint."""
+@dataclass(frozen=True)
+class Diagnosis(grading.Diagnosis):
+    """What a student's function did (``problem``: one of :data:`PROBLEMS`), and for a failure the ``case`` it
+    failed on, what it ``returned`` and what was ``expected``."""
 
-    passed: bool
     case: str = ""
     returned: object = None
     expected: object = None
-    mistake: str | None = None  # the name in MISTAKES that reproduces the student's answer, if one does
-    hint: str = ""
-    cases: list[str] = field(default_factory=list)  # the cases that were run
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def __str__(self) -> str:
-        if self.passed:
-            return f"passed: {', '.join(self.cases)}"
-        return f"failed on {self.case}: {self.hint}"
+    problems: ClassVar[tuple[str, ...]] = PROBLEMS
 
 
 def _close(got: object, want: np.ndarray, rtol: float) -> bool:
     """``got`` equals ``want`` norm-wise within ``rtol``, with the same infinities and NaNs in the same places (a
     typical wrong answer may overflow exactly as the student's does)."""
-    got = np.asarray(got, dtype=np.float64)
+    try:
+        got = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
     if got.shape != want.shape:
         return False
     finite = np.isfinite(want)
@@ -131,7 +144,7 @@ def _same(got, want, rtol: float = 1e-6) -> bool:
 
 
 def update_cases(rng: np.random.Generator, rows: int = 8, tile: int = 16, d: int = 4) -> dict[str, tuple]:
-    """Inputs ``(m, l, acc, s, v)`` for each case of :func:`check_online_update`, drawn from ``rng``.
+    """Inputs ``(m, l, acc, s, v)`` for each case of :func:`diagnose_online_update`, drawn from ``rng``.
 
     The state after a first tile is made by :func:`online_update` itself, so it is a state a correct loop reaches.
     """
@@ -157,35 +170,43 @@ def _call(student_fn: Callable, args: tuple):
         return student_fn(*(np.array(a, copy=True) for a in args))
 
 
-def check_online_update(student_fn: Callable, seed: int | None = None) -> Verdict:
+def _error(case: str, error: Exception) -> Diagnosis:
+    said = grading.raised(error)
+    if said == grading.NOT_ANSWERED:
+        return Diagnosis("not answered", said, case)
+    return Diagnosis("error", f"on {case}: {said}", case, repr(error))
+
+
+def diagnose_online_update(student_fn: Callable, seed: int | None = None) -> Diagnosis:
     """Grade ``student_fn(m, l, acc, s, v) -> (m_new, l_new, acc_new)`` against :func:`online_update`.
 
     Fresh random tiles on every call (``seed`` to repeat one). The first failing case is reported with what came
-    back, what was expected and a hint; the hint names the mistake when one of :data:`MISTAKES` reproduces it.
+    back and what was expected; the problem names the mistake when one of :data:`MISTAKES` reproduces it.
+    A stub's ``None`` is "not answered".
     """
-    rng = np.random.default_rng(seed)
-    cases = update_cases(rng)
+    cases = update_cases(np.random.default_rng(seed))
     for case, args in cases.items():
         expected = online_update(*args)
         try:
             returned = _call(student_fn, args)
-        except Exception as error:  # noqa: BLE001  (a student's exception is a grade, not a crash)
-            return Verdict(False, case, repr(error), expected, None, f"the function raised {error!r}", list(cases))
+        except Exception as error:  # a student's exception is a grade, not a crash
+            return _error(case, error)
+        if returned is None:
+            return Diagnosis("not answered", grading.NOT_ANSWERED, case)
         if not isinstance(returned, tuple | list) or len(returned) != 3:
-            return Verdict(False, case, returned, expected, None,
-                           "return three arrays: (m_new, l_new, acc_new)", list(cases))
+            return Diagnosis("not three arrays", f"on {case}: returned {grading.shown(returned)}, not three arrays",
+                             case, returned, expected)
         if _same(returned, expected):
             continue
-        for mistake, (wrong, hint) in MISTAKES.items():
+        for mistake, (wrong, _) in MISTAKES.items():
             with np.errstate(all="ignore"):
                 if _same(returned, wrong(*args)):
-                    return Verdict(False, case, returned, expected, mistake, hint, list(cases))
+                    return Diagnosis(mistake, f"on {case}: {mistake}", case, returned, expected)
         parts = [name for name, g, w in zip(("m", "l", "acc"), returned, expected, strict=True)
                  if not _close(g, w, 1e-6)]
-        return Verdict(False, case, returned, expected, None,
-                       f"{', '.join(parts)} differ from the expected values; compare with online_update's docstring",
-                       list(cases))
-    return Verdict(True, cases=list(cases))
+        return Diagnosis("wrong values", f"on {case}: {', '.join(parts)} differ from the expected values", case,
+                         returned, expected)
+    return Diagnosis("ok", f"passed: {', '.join(cases)}")
 
 
 def tile_loop(q: np.ndarray, k: np.ndarray, v: np.ndarray, block_n: int,
@@ -204,37 +225,44 @@ def tile_loop(q: np.ndarray, k: np.ndarray, v: np.ndarray, block_n: int,
 
 
 def all_scores_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``softmax(q k^T / sqrt(d)) v`` with every score stored, in float64 (:func:`.reference.reference_attention`)."""
+    """``softmax(q k^T / sqrt(d)) v`` with every score stored, in float64 (the kernels' float64 reference)."""
     return reference_attention(*(torch.from_numpy(np.asarray(t, dtype=np.float64)) for t in (q, k, v)))[0].numpy()
 
 
-def check_tile_loop(student_fn: Callable, seed: int | None = None) -> Verdict:
+TILE_CASES = {"8 tiles of 16 keys": (12, 128, 16), "a short last tile (100 keys, tiles of 32)": (12, 100, 32),
+              "one tile larger than all 20 keys": (12, 20, 64)}  # (query rows, keys, block_n)
+
+
+def diagnose_tile_loop(student_fn: Callable, seed: int | None = None) -> Diagnosis:
     """Grade ``student_fn(q, k, v, block_n) -> output`` against :func:`all_scores_attention` (all scores stored).
 
-    Cases: tiles that divide the keys, a short last tile, one tile larger than all the keys. Hints for the usual
-    slips: the output not divided by ``l``, the last partial tile dropped.
+    Cases (:data:`TILE_CASES`): tiles that divide the keys, a short last tile, one tile larger than all the keys.
+    Named slips: the output not divided by ``l``, the last partial tile dropped.
     """
     rng = np.random.default_rng(seed)
-    cases = {"8 tiles of 16 keys": (12, 128, 16), "a short last tile (100 keys, tiles of 32)": (12, 100, 32),
-             "one tile larger than all 20 keys": (12, 20, 64)}
-    for case, (rows, n, block_n) in cases.items():
+    for case, (rows, n, block_n) in TILE_CASES.items():
         q, k, v = 2 * rng.standard_normal((rows, 8)), rng.standard_normal((n, 8)), rng.standard_normal((n, 8))
         expected = all_scores_attention(q, k, v)
         try:
-            returned = np.asarray(student_fn(q.copy(), k.copy(), v.copy(), block_n), dtype=np.float64)
-        except Exception as error:  # noqa: BLE001
-            return Verdict(False, case, repr(error), expected, None, f"the function raised {error!r}", list(cases))
-        if _same((returned,), (expected,), rtol=1e-8):
+            answer = _call(lambda *a, n=block_n: student_fn(*a, n), (q, k, v))  # block_n: an int, not copied
+        except Exception as error:  # a student's exception is a grade, not a crash
+            return _error(case, error)
+        if answer is None:
+            return Diagnosis("not answered", grading.NOT_ANSWERED, case)
+        if _same((answer,), (expected,), rtol=1e-8):
             continue
+        returned = np.asarray(answer, dtype=np.float64) if np.ndim(answer) else answer
         scores = q @ k.T / math.sqrt(q.shape[1])
         undivided = np.exp(scores - scores.max(axis=1, keepdims=True)) @ v
         whole = n // block_n * block_n
-        if returned.shape == expected.shape and _same((returned,), (undivided,), rtol=1e-8):
-            mistake, hint = "not divided by l", "the loop ends with acc; the output is acc / l[:, None]"
+        if _same((returned,), (undivided,), rtol=1e-8):
+            problem = "not divided by l"
         elif 0 < whole < n and _same((returned,), (all_scores_attention(q, k[:whole], v[:whole]),), rtol=1e-8):
-            mistake, hint = "dropped the last tile", (f"the keys {whole}..{n - 1} were never seen: loop with "
-                                                      "range(0, n, block_n) and slice k[start:start + block_n]")
+            problem = "dropped the last tile"
         else:
-            mistake, hint = None, "the output differs from naive attention; print m, l after each tile"
-        return Verdict(False, case, returned, expected, mistake, hint, list(cases))
-    return Verdict(True, cases=list(cases))
+            return Diagnosis("wrong values", f"on {case}: the output differs from attention with every score stored",
+                             case, returned, expected)
+        detail = {"not divided by l": "the output is acc, not acc / l",
+                  "dropped the last tile": f"the keys {whole} to {n - 1} (the last, short tile) were never seen"}
+        return Diagnosis(problem, f"on {case}: {detail[problem]}", case, returned, expected)
+    return Diagnosis("ok", f"passed: {', '.join(TILE_CASES)}")
