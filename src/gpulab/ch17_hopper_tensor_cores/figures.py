@@ -122,6 +122,12 @@ def evidence_statements(rows: Sequence[dict]) -> list[str]:
                     f"need {min(r['registers'] for r in tma)} to {max(r['registers'] for r in tma)} registers per "
                     f"thread where the pointer steps need {min(r['registers'] for r in pointer)} to "
                     f"{max(r['registers'] for r in pointer)}: the copy engine computes the addresses.")
+        first = tma[0]
+        if first.get("sass_UTMASTG") and first.get("sass_SYNCS"):
+            said[-1] += (f" Step {step_label(first['kernel']).split(' ')[0]} also stores C by TMA "
+                         f"({first['sass_UTMASTG']} UTMASTG) and holds {first['sass_SYNCS']} SYNCS instructions, "
+                         "which set up and wait on the shared-memory barriers (mbarriers) that say when a copy has "
+                         "landed.")
     five, six = hopper.get("step5_persistent"), hopper.get("step6_warp_specialized")
     if five and six:
         if six["sass_digest"] == five["sass_digest"]:

@@ -102,4 +102,6 @@ def tolerance_note(dtype: str, k: int) -> str:
     return (f"The tolerance at K = {k:,}, {common.tolerance(precision, k):.2e}, is twice the sum of the {dtype} unit "
             f"roundoff ({common.unit_roundoff(precision):.2e}: C is rounded once to {dtype}) and sqrt(K) float32 "
             f"unit roundoffs ({k ** 0.5:.1f} x {common.unit_roundoff(torch.float32):.2e}: the rounding of K-term "
-            "float32 sums grows like a random walk); a kernel that summed in 16 bits would fail it.")
+            "float32 sums grows like a random walk). A kernel that kept its running sum in 16 bits adds one 16-bit "
+            "rounding per step along K, and at a K this short it may still pass: a check with a long K catches it "
+            "(lab 12 has one).")

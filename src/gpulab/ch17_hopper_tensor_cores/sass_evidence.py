@@ -12,7 +12,7 @@ The Triton kernels must be *defined* for compiling, and Triton decides that when
 (:mod:`gpulab.kernels.triton_gemm.interpreter`): a chapter that runs them in the interpreter on a CPU cannot also
 compile them in the same process. So :func:`compiled_evidence` runs :func:`collect` in a fresh Python process with
 ``TRITON_INTERPRET=0``, and reads its rows back as JSON. cuBLAS's own kernels are in a closed library: their SASS can
-be read only on a GPU (with ``cuobjdump`` on the library, or Nsight Compute on a run).
+be read only where the library is installed (``cuobjdump`` on its binary) or on a GPU (Nsight Compute on a run).
 """
 
 from __future__ import annotations

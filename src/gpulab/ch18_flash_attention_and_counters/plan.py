@@ -12,8 +12,8 @@ The work follows the experiments' code:
 - the compiled code's evidence (:func:`.figures.compiled_evidence`): a Python process that compiles the kernels
   for sm_90, on any machine;
 - the hardware counters (:func:`.profiled.profile_kernels`): Nsight Compute replays each profiled kernel about
-  40 times (a pass per group of counters, the caches flushed and the clocks locked before each), a fixed cost
-  per kernel.
+  40 times (a pass per group of counters, the caches flushed and the clocks locked before each), in a process of
+  its own: a fixed cost per kernel (:data:`NCU_SECONDS_PER_KERNEL`).
 
 Where the Triton kernels run: under Triton's interpreter without a GPU, compiled on a GPU of compute capability
 8.0 or later. Their tiles were chosen for an H100 (up to 128 KiB of shared memory per program at head size 128),
@@ -75,7 +75,9 @@ TRITON_COMPILE_SECONDS = 2.0
 KERNELS_PER_ATTENTION = 4  # the forward, D = rowsum(dO O), dK and dV, dQ
 CHECK_SECONDS = 0.1  # an implementation's check at 256 tokens: float64 autograd on the host
 EVIDENCE_START_SECONDS = 4.5  # a Python process importing torch, Triton and gpulab (the build machine, cold)
-NCU_SECONDS_PER_KERNEL = 3.0  # Nsight Compute's ~40 replays of one kernel with their flushes, and its start
+# Nsight Compute on one kernel: its start, the driver importing torch and gpulab under it, and ~40 replays with their
+# flushes. The one measurement so far: 12 profiled cuBLAS launches took 193 s under ncu on the H100 (16 s each)
+NCU_SECONDS_PER_KERNEL = 15.0
 
 
 def _on_gpu(label: str, **work) -> Work:

@@ -154,8 +154,8 @@ def _quantize(tensor: torch.Tensor, fmt: str, granularity: str, operand: str) ->
     """:func:`quantize` without the argument checks (what the timed path runs: no host synchronization)."""
     scale = _scale(_amax(tensor, granularity, operand), fmt)
     largest = torch.finfo(FORMATS[fmt]).max
-    # The clamp keeps a value that the rounded scale puts a hair above the largest from becoming NaN (e4m3fn
-    # has no infinity); .to keeps B's column-major layout (preserve_format).
+    # The clamp makes an overflow saturate in every format and PyTorch version (e5m2 casts it to inf; e4m3fn, which
+    # has no inf, to NaN in some versions). .to keeps B's column-major layout (preserve_format).
     quantized = (tensor.float() * scale).clamp(-largest, largest).to(FORMATS[fmt])
     return quantized, scale.reciprocal()
 

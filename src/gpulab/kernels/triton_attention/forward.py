@@ -12,10 +12,11 @@ maximum ``m``, a running sum ``l`` and an unnormalised output ``acc``, and divid
 This module is that loop as a GPU kernel. What changes is *where* it runs, not *what* it computes:
 
 - **One program per (block of queries, head).** The grid is ``(ceil(seq / BLOCK_M), batch * heads)``; the
-  NumPy loop ``for i in range(0, n, block_q)`` becomes ``tl.program_id(0)``, and thousands of programs run at
-  once. Inside a program, every line above is a whole-tile operation: ``tl.dot`` multiplies tiles on the
+  NumPy loop ``for i in range(0, n, block_q)`` becomes ``tl.program_id(0)``: thousands of programs, as many at a
+  time as the SMs hold. Inside a program, every line above is a whole-tile operation: ``tl.dot`` multiplies tiles on the
   tensor cores, ``tl.max(s, 1)`` and ``tl.sum(p, 1)`` reduce rows, ``tl.where`` masks.
-- **Tiles stay on chip.** ``q``, ``acc``, ``m`` and ``l`` live in registers for the whole program; a ``K_j`` and
+- **Tiles stay on chip.** ``acc``, ``m`` and ``l`` live in registers, and ``q`` on chip (compiled for
+  Hopper, in shared memory, where wgmma reads it), for the whole program; a ``K_j`` and
   ``V_j`` tile is loaded from global memory (HBM) once per step and the score tile never leaves the chip. The
   only writes to HBM are the output and one number per row (below). That is why it is fast: the ``seq x seq``
   score matrix, which the naive attention writes and reads six times, is never stored.
@@ -29,8 +30,9 @@ This module is that loop as a GPU kernel. What changes is *where* it runs, not *
 - **Causal attention skips work, and masks only where it must.** With ``causal=True`` query ``r`` sees keys
   ``0..r``. The block of queries ``[m0, m0 + BLOCK_M)`` sees every key left of ``m0`` completely (no mask), the
   keys of its own diagonal block partly (mask ``key <= query``), and nothing to the right: those tiles are never
-  loaded, so causal attention does half the work. Non-causal attention masks only the last, partial block of
-  keys when the sequence is not a multiple of ``BLOCK_N``. ``MASKED`` is a ``tl.constexpr``: the compiler
+  loaded, so causal attention does about half the work (a share ``(1 + BLOCK_M / seq_len) / 2`` of the
+  tiles). Non-causal attention masks only the last, partial block of keys when the sequence is not a multiple
+  of ``BLOCK_N``. ``MASKED`` is a ``tl.constexpr``: the compiler
   builds the masked and the unmasked loop as two separate loops, and the common one carries no mask at all.
 
 No row is ever fully masked in the first tile it sees (key 0 is visible to every query, and it is in the first
@@ -114,7 +116,7 @@ def forward_kernel(Q, K, V, Out, LSE, seq_len, qk_scale, BLOCK_M: tl.constexpr, 
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < seq_len
     rows = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    q = tl.load(Q + rows, mask=row_ok[:, None], other=0.0)  # loaded once, kept in registers
+    q = tl.load(Q + rows, mask=row_ok[:, None], other=0.0)  # loaded once, kept on chip
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)

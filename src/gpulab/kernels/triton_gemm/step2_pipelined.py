@@ -18,7 +18,7 @@ a deeper K step gives each asynchronous copy more work to hide behind. The price
 grows with the stages; the SASS has asynchronous global-to-shared copies (LDGSTS, Ampere's ``cp.async``, with
 their LDGDEPBAR/DEPBAR barriers) beside step 1's plain loads (LDG, then STS into shared memory), and the same
 tensor-core instructions (HGMMA on Hopper). Compiled here for sm_90 (``ladder.cross_compile``) it has
-both: Triton 3.6 moves part of the tiles by ``cp.async`` and part through registers. :data:`STAGES` lists the
+LDGSTS only and no LDG; the STS left write the tile of C through shared memory after the loop. :data:`STAGES` lists the
 depths the ladder also times, to show the gain per stage.
 """
 

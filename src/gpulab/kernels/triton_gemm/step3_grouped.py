@@ -14,8 +14,9 @@ block of tiles about ``GROUP_M`` tall and (programs in flight / ``GROUP_M``) wid
 the program id is the tile's number in that order. (The same numbering as the persistent kernels of steps 5
 and 6 use, so :func:`grouped_tile` is shared.)
 
-**Evidence on the GPU**: the compiled kernel is step 2's, instruction for instruction, apart from a few
-integer operations at its start (the same registers, shared memory and stages). The gain, if any, is in the
+**Evidence on the GPU**: the compiled kernel has step 2's loads, tensor-core instructions, stages and
+shared memory; only integer arithmetic differs (the mapping, and the addressing the compiler schedules around
+it), and with it the register count. The gain, if any, is in the
 memory system: fewer bytes read from DRAM and a higher L2 hit rate, which the SASS cannot show; Nsight
 Compute's ``dram__bytes_read.sum`` and ``lts__t_sector_hit_rate.pct`` can. At 4096^3 in 16 bits all of A and B
 (64 MiB) nearly fits the 50 MiB L2 of an H100 and the gain should be small; at 8192^3 (256 MiB) it should be

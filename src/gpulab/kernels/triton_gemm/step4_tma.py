@@ -19,11 +19,11 @@ multiple of 16 bytes, so K and N must be multiples of 8 for 16-bit types (:func:
 Tiles, stages and the grouped order are step 3's. The pipelining of step 2 still applies: the compiler now
 issues TMA loads for the next stages and waits on shared-memory barriers (mbarrier) for them.
 
-**Evidence on the GPU**: UTMALDG (TMA loads) and UTMASTG (the TMA store of C) in the SASS, with SYNCS
-(mbarrier) instructions, in place of step 2's LDGSTS; fewer integer instructions per loop iteration (no address
-or mask arithmetic); the HGMMA tensor-core instructions unchanged; shared memory as in step 2 plus the barriers
-and the staging buffer for C. **Interpreter**: runs (Triton 3.6 emulates descriptors with NumPy loads and stores,
-zero padding included); only the GPU shows the TMA instructions.
+**Evidence on the GPU**: UTMALDG (TMA loads) and UTMASTG (the TMA store of C) in the SASS, with SYNCS (mbarrier)
+instructions, in place of step 2's LDGSTS; fewer integer instructions per loop iteration (no address or mask
+arithmetic); the HGMMA tensor-core instructions unchanged; shared memory as in step 2 plus the barriers: C is staged
+(STSM) in the stages' buffers, free once the loop ends, for the UTMASTG. **Interpreter**: runs (Triton 3.6 emulates
+descriptors with NumPy loads and stores, zero padding included); only the GPU shows the TMA instructions.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The grader of exercise 3 of the lab "Flash attention": a student's Triton forward kernel, run at small shapes.
 
 Without a GPU the kernel runs in Triton's interpreter on the CPU (:mod:`gpulab.kernels.triton_gemm.interpreter`), on
-a GPU it is compiled; either way :func:`diagnose_kernel` launches it (:func:`.kernel.attend`) on fresh random inputs,
-into an output poisoned with NaN, for each of :data:`CASES` in turn, and compares the output with attention in
-float64 with every score stored (:func:`gpulab.kernels.triton_attention.reference.reference_attention`).
+a GPU it is compiled; either way :func:`diagnose_kernel` launches it (:func:`.kernel.attend`) on random inputs
+(fresh ones for each check :func:`grade_kernel` records), into an output poisoned with NaN, for each of :data:`CASES`
+in turn, and compares the output with attention in float64 with every score stored
+(:func:`gpulab.kernels.triton_attention.reference.reference_attention`).
 
 When the output is wrong, the grader computes in float64 what each typical mistake would have produced on the same
 inputs and the same tiles (:func:`simulate` with the variants of :data:`MISTAKES`): ``tl.exp`` where the scores are
@@ -17,6 +18,7 @@ the operands of ``tl.dot`` differ in type is the missing cast of ``p``. An outpu
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -216,6 +218,10 @@ def diagnose_kernel(kernel, cases: tuple[Case, ...] = CASES, seed: int = 0) -> D
     return Diagnosis("ok", f"right on all {len(cases)} cases: " + "; ".join(case.name for case in cases))
 
 
-def grade_kernel(grader: grading.Grader, name: str, kernel, hints: Mapping[str, str] = HINTS) -> bool:
-    """Record :func:`diagnose_kernel` of ``kernel`` as the check ``name`` (never raises for the student's code)."""
-    return grading.grade(grader, name, grading.safely(lambda: diagnose_kernel(kernel)), hints, HINTS["wrong values"])
+def grade_kernel(grader: grading.Grader, name: str, kernel, hints: Mapping[str, str] = HINTS,
+                 seed: int | None = None) -> bool:
+    """Record :func:`diagnose_kernel` of ``kernel`` as the check ``name`` (never raises for the student's code), on
+    fresh random inputs: ``seed`` is drawn when None, so that every run of the check sees new numbers."""
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    return grading.grade(grader, name, grading.safely(lambda: diagnose_kernel(kernel, seed=seed)), hints,
+                         HINTS["wrong values"])

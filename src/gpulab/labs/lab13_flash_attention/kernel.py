@@ -36,7 +36,7 @@ from gpulab.kernels.triton_attention.forward import CONFIGS, check_inputs
 from gpulab.kernels.triton_gemm.common import settings
 
 LOG2E = math.log2(math.e)  # e^x = 2^(x * LOG2E)
-# Before Hopper (a T4 has 64 KiB of shared memory per block, an L4 100 KiB): tiles whose two stages of K and V fit
+# Before Hopper (a T4 has 64 KiB of shared memory per block, an L4 99 KiB): tiles whose two stages of K and V fit
 SMALL_GPU_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 
 
@@ -66,7 +66,7 @@ def flash_forward(Q, K, V, Out, seq_len, qk_scale, BLOCK_M: tl.constexpr, BLOCK_
     offs_d = tl.arange(0, HEAD_DIM)
     rows = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     row_ok = offs_m < seq_len
-    q = tl.load(Q + rows, mask=row_ok[:, None], other=0.0)  # kept in registers for the whole loop
+    q = tl.load(Q + rows, mask=row_ok[:, None], other=0.0)  # kept on chip for the whole loop
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -90,7 +90,7 @@ def flash_forward(Q, K, V, Out, seq_len, qk_scale, BLOCK_M: tl.constexpr, BLOCK_
 def launch_settings(head_dim: int, config: dict, device: torch.device) -> dict:
     """BLOCK_M, BLOCK_N, num_warps and num_stages, updated with ``config`` and checked: on a Hopper GPU (and under
     the interpreter) the book's tuned forward's for ``head_dim`` (:data:`gpulab.kernels.triton_attention.forward.
-    CONFIGS`, tuned on an H100), on an earlier GPU :data:`SMALL_GPU_CONFIG`."""
+    CONFIGS`, chosen for an H100), on an earlier GPU :data:`SMALL_GPU_CONFIG`."""
     hopper = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (9, 0)
     return settings(CONFIGS[head_dim] if hopper else SMALL_GPU_CONFIG, config, "attend")
 

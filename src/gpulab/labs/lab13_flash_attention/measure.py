@@ -32,7 +32,7 @@ from gpulab.kernels.triton_attention.measure import SDPA_BACKENDS, _context, for
 from gpulab.kernels.triton_attention.reference import check_attention
 from gpulab.labs.lab13_flash_attention.kernel import attend, flash_forward
 
-LABELS = {"yours": "your kernel", "lab": "the lab's kernel", "book": "the book's tuned kernel",
+LABELS = {"yours": "your kernel", "lab": "the lab's kernel", "book": "the book's kernel",
           **{name: label for name, (label, _) in SDPA_BACKENDS.items()}}
 
 

@@ -88,8 +88,8 @@ MISTAKES: dict[str, tuple[Callable, str]] = {
     "rescaled l but not acc": (rescaled_l_only, "l is rescaled but acc is not: acc holds exp(s - m) * v summed "
                                                 "under the old maximum too, so it needs the same alpha[:, None]"),
     "exp(s) without subtracting the max": (no_max_subtracted, "p must be exp(s - m_new[:, None]), not exp(s): "
-                                                              "scores of 100 overflow, and l and acc must be "
-                                                              "relative to the same maximum m_new"),
+                                                              "scores of 100 would overflow float32, and l and acc "
+                                                              "must be relative to the same maximum m_new"),
     "used m before updating it": (max_updated_after_use, "p was computed with the old m (which is -inf for the "
                                                          "first tile): compute m_new first, then "
                                                          "p = exp(s - m_new[:, None])"),
