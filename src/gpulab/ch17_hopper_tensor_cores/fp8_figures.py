@@ -183,9 +183,8 @@ def quantization_table(runs: Sequence[Recording]) -> Table:
 
 
 def show_fp8(runs: Sequence[Recording]) -> None:
-    """Display the FP8 figure, table and sentences (where FP8 pays, what a GPU refused), where a GPU recorded or ran
-    the sweep."""
+    """Display the FP8 figure and sentences (where FP8 pays, what a GPU refused), where a GPU recorded or ran the
+    sweep; the table of every point is :func:`fp8_table`, which the page shows folded."""
     if runs:
         fp8_figure(runs).show()
-        fp8_table(runs).show()
         say(*pays_statements(runs), *unsupported_statements(runs))
