@@ -76,8 +76,11 @@ KERNELS_PER_ATTENTION = 4  # the forward, D = rowsum(dO O), dK and dV, dQ
 CHECK_SECONDS = 0.1  # an implementation's check at 256 tokens: float64 autograd on the host
 EVIDENCE_START_SECONDS = 4.5  # a Python process importing torch, Triton and gpulab (the build machine, cold)
 # Nsight Compute on one kernel: its start, the driver importing torch and gpulab under it, and ~40 replays with their
-# flushes. The one measurement so far: 12 profiled cuBLAS launches took 193 s under ncu on the H100 (16 s each)
-NCU_SECONDS_PER_KERNEL = 15.0
+# flushes. The one measurement so far (the H100, 2026-11-25): one process under ncu, 12 cuBLAS launches of 4096^3 with
+# these metrics, took about 13 s, process start included (the run's cumulative stamps: 180 s before it, 193 s after).
+# Here each kernel has a process of its own, which adds Python, CUDA and compile start (about 4.5 s, as the evidence's
+# process): about 6 s a kernel.
+NCU_SECONDS_PER_KERNEL = 6.0
 
 
 def _on_gpu(label: str, **work) -> Work:
