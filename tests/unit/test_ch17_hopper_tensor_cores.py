@@ -175,7 +175,7 @@ def test_evidence_sentences_read_the_instruction_counts():
     said = figures.evidence_statements(rows)
     assert said[0].startswith("For sm_90, chapter 10's WMMA kernel holds 64 HMMA instructions and no HGMMA")
     assert "holds 128 HMMA instructions where its sm_90 code holds 4 HGMMA" in said[1]
-    assert "where it would issue 32 HMMA" in said[1]
+    assert "where Ampere's code needs 32 HMMA" in said[1]
     assert said[2].startswith("Steps 1 to 3 load") and "160 to 160 registers" in said[2]
     assert said[3].startswith("Step 6 asks for warp specialization and gets none")
     rows[-2]["sass_digest"] = "different"

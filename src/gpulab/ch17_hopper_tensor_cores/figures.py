@@ -109,7 +109,7 @@ def evidence_statements(rows: Sequence[dict]) -> list[str]:
             said.append(f"The same source, {name}, compiled for sm_80 (an A100) holds {row['sass_HMMA']} HMMA "
                         f"instructions where its sm_90 code holds {same['sass_HGMMA']} HGMMA: the instruction is the "
                         "compiler's choice for the target. For the same tile, each warp issues one HGMMA (with the "
-                        f"three other warps of its warpgroup) where it would issue "
+                        f"three other warps of its warpgroup) where Ampere's code needs "
                         f"{row['sass_HMMA'] // max(same['sass_HGMMA'], 1)} HMMA.")
     pointer = [r for r in steps if not r["sass_UTMALDG"]]
     tma = [r for r in steps if r["sass_UTMALDG"]]
