@@ -63,10 +63,7 @@ def sass_digest(sass: str) -> str:
 def _mix(sass: str) -> dict:
     from gpulab.kernels.triton_gemm import ladder
 
-    mix = ladder.instruction_mix(sass)
-    return {**{f"sass_{op}": mix[op] for op in ladder.SIGNATURE_OPCODES}, "sass_instructions": sum(mix.values()),
-            "sass_digest": sass_digest(sass),
-            "tensor_core": "HGMMA (wgmma)" if mix["HGMMA"] else "HMMA (mma.sync)" if mix["HMMA"] else "none"}
+    return {**ladder.sass_counts(sass), "sass_digest": sass_digest(sass)}
 
 
 def _wmma_cubin(capability: int) -> bytes:

@@ -64,19 +64,26 @@ def instruction_mix(sass: str) -> Counter:
     return Counter(m.group(1) for line in sass.splitlines() if (m := _INSTRUCTION.match(line)))
 
 
+def sass_counts(sass: str) -> dict:
+    """The instruction counts of ``sass`` that tell kernels apart (:data:`SIGNATURE_OPCODES` and the total), and
+    which tensor-core instruction it multiplies with."""
+    mix = instruction_mix(sass)
+    return {**{f"sass_{op}": mix[op] for op in SIGNATURE_OPCODES}, "sass_instructions": sum(mix.values()),
+            "tensor_core": "HGMMA (wgmma)" if mix["HGMMA"] else "HMMA (mma.sync)" if mix["HMMA"] else "none"}
+
+
 def evidence(compiled) -> dict:
     """What a compiled Triton kernel shows about itself: instruction counts (:data:`SIGNATURE_OPCODES` and the
     total), registers per thread and spills (known once the kernel is loaded on a GPU), shared memory per
     program, stages, warps, and whether the compiler built a warp-specialized kernel."""
     metadata = compiled.metadata
-    mix = instruction_mix(compiled.asm["sass"])
+    counts = sass_counts(compiled.asm["sass"])
     ttgir = compiled.asm.get("ttgir", "")
     return {
-        **{f"sass_{op}": mix[op] for op in SIGNATURE_OPCODES}, "sass_instructions": sum(mix.values()),
+        **counts,
         "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None),
         "shared_bytes": metadata.shared, "num_stages": metadata.num_stages, "num_warps": metadata.num_warps,
-        "warp_specialized": "ttg.warp_specialize(" in ttgir or mix["USETMAXREG"] > 0,
-        "tensor_core": "HGMMA (wgmma)" if mix["HGMMA"] else "HMMA (mma.sync)" if mix["HMMA"] else "none",
+        "warp_specialized": "ttg.warp_specialize(" in ttgir or counts["sass_USETMAXREG"] > 0,
     }
 
 
