@@ -7,7 +7,7 @@ COLAB_VENV := .venv-colab
 COLAB_READY := $(COLAB_VENV)/.ready
 BUILD_FLAGS := -n -W --keep-going
 
-.PHONY: book test lint labs cells gpu-run serve clean
+.PHONY: book test lint labs cells gpu-run gpu-parallel serve clean
 
 $(READY): requirements.txt requirements-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,10 @@ cells: $(READY)
 ## gpu-run: on a GPU machine, run every notebook at full size and refresh results/<gpu>/ (no .venv: uses python3)
 gpu-run:
 	$(PYTHON) tools/gpu_run.py
+
+## gpu-parallel: on a machine of 2, 4 or 8 GPUs, record chapter 16's tensor, pipeline and sharded parallelism
+gpu-parallel:
+	PYTHONPATH=$(CURDIR)/src $(PYTHON) tools/record_parallelism.py
 
 ## serve: serve the built book on http://localhost:8000
 serve:

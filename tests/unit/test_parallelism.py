@@ -79,7 +79,7 @@ def test_bad_input_says_what_was_wrong():
         tensor_parallel.shard_mlp(mlp.torch_mlp(SIZES), 0, 3)
     if torch.cuda.device_count() < 64:
         with pytest.raises(ValueError, match="^processes: nccl runs one process per GPU; 64 asked for"):
-            parallel.parallel_scaling(SIZES, BATCH, processes=(2, 64), backend="nccl")
+            parallel.parallel_scaling(SIZES, [BATCH], processes=(2, 64), backend="nccl")
 
 
 def test_figures():
@@ -143,7 +143,7 @@ def test_fsdp_step_equals_one_process_and_stores_a_pth_of_ddp():
 
 
 def test_measurements_run_on_gloo():
-    rows = parallel.parallel_scaling(SIZES, BATCH, processes=[2], precision="float32", micro_batches=4, warmup=1,
+    rows = parallel.parallel_scaling(SIZES, [BATCH], processes=[2], precisions=["float32"], micro_batches=4, warmup=1,
                                      repeats=2)  # all four strategies, in one launch
     assert [r["strategy"] for r in rows] == list(parallel.STRATEGIES)
     for r in rows:
@@ -158,7 +158,7 @@ def test_measurements_run_on_gloo():
 
 @needs_gpu(gpus=2)
 def test_nccl_parallelism_on_two_gpus():
-    rows = parallel.parallel_scaling([1024] * 5, 256, processes=[2], backend="nccl", warmup=2, repeats=5)
+    rows = parallel.parallel_scaling([1024] * 5, [256], processes=[2], backend="nccl", warmup=2, repeats=5)
     assert all(r["peak_memory_bytes"] > 0 and 0 < r["efficiency"] < 1.5 for r in rows)
 
 

@@ -170,8 +170,8 @@ def _timed_step(strategy: str, device: torch.device, sizes: Sequence[int], X: to
 
 
 def _timing_task(device: torch.device, folder: Path, runs: Sequence[Mapping], **common) -> list[dict]:
-    """Each of ``runs`` (a strategy, and for a pipeline its micro-batches and schedule) timed in turn, in one
-    launch: one row each. ``common``: the arguments of :func:`_time_strategy` that every run shares."""
+    """Each of ``runs`` (a strategy, batch and precision, and for a pipeline its micro-batches and schedule) timed in
+    turn, in one launch: one row each. ``common``: the arguments of :func:`_time_strategy` that every run shares."""
     return [_time_strategy(device, **run, **common) for run in runs]
 
 
@@ -321,12 +321,14 @@ def parallel_gradients(strategy: str, sizes: Sequence[int], batch: int, processe
                                                                    if strategy == "tensor" else {})}
 
 
-def _timing_rows(runs: list[dict], sizes: Sequence[int], batch: int, precision: str, processes: Sequence[int],
-                 backend: str, *, warmup: int, repeats: int, learning_rate: float, seed: int,
-                 timeout_s: float) -> list[dict]:
-    """The ``timing`` task's rows for ``runs`` on each number of ``processes``: one launch per number."""
-    params = {"runs": runs, "sizes": positive_ints("sizes", sizes), "batch": positive_int("batch", batch),
-              "precision": dtype_name(precision, "precision"), "warmup": warmup,
+def _timing_rows(runs: list[dict], sizes: Sequence[int], processes: Sequence[int], backend: str, *, warmup: int,
+                 repeats: int, learning_rate: float, seed: int, timeout_s: float) -> list[dict]:
+    """The ``timing`` task's rows for ``runs`` (each a strategy, batch and precision, and for a pipeline its
+    micro-batches and schedule) on each number of ``processes``: one launch per number."""
+    for run in runs:
+        positive_int("batch", run["batch"])
+        dtype_name(run["precision"], "precision")
+    params = {"runs": runs, "sizes": positive_ints("sizes", sizes), "warmup": warmup,
               "repeats": positive_int("repeats", repeats), "learning_rate": learning_rate, "seed": seed}
     rows = []
     for count in processes:
@@ -337,26 +339,30 @@ def _timing_rows(runs: list[dict], sizes: Sequence[int], batch: int, precision: 
 
 
 @experiment("distributed_parallel_scaling", runs=("main",))
-def parallel_scaling(sizes: Sequence[int], batch: int, strategies: Sequence[str] = STRATEGIES,
-                     processes: Sequence[int] = (2,), backend: str = "gloo", precision: str = "bfloat16", *,
-                     micro_batches: int = 8, schedule: str = "1f1b", warmup: int = 3, repeats: int = 10,
+def parallel_scaling(sizes: Sequence[int], batches: Sequence[int], strategies: Sequence[str] = STRATEGIES,
+                     processes: Sequence[int] = (2,), backend: str = "gloo", precisions: Sequence[str] = ("bfloat16",),
+                     *, micro_batches: int = 8, schedule: str = "1f1b", warmup: int = 3, repeats: int = 10,
                      learning_rate: float = 1e-3, seed: int = 0, timeout_s: float = TIMEOUT_S) -> list[dict]:
-    """A training step of the MLP ``sizes`` under each strategy, on each number of ``processes``, against one device.
+    """A training step of the MLP ``sizes`` under each strategy, on each number of ``processes``, against one device,
+    for each of ``batches`` and ``precisions``.
 
-    One row per strategy and process count: the step's time together (``seconds``) and alone
+    One row per precision, batch, strategy and process count: the step's time together (``seconds``) and alone
     (``single_seconds``, the whole model on ``batch`` samples on one device), samples per second, scaling
     efficiency (weak for DDP and FSDP, whose ``batch`` is per device; strong for tensor and pipeline
     parallelism, which split one ``batch``), the peak memory of the busiest GPU
     (``torch.cuda.max_memory_allocated``, None on CPU), the bytes it stores for parameters and gradients
     (``state_bytes``), and the bytes it sends per step as the model predicts (``predicted_sent_bytes``).
-    ``backend`` 'nccl' needs a GPU per process and says so before starting anything.
+    The step is plain SGD, as in :mod:`.ddp`: no optimizer state. All runs of one process count share one
+    launch. ``backend`` 'nccl' needs a GPU per process and says so before starting anything.
     """
     check_gpus(backend, processes)
     for strategy in strategies:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategies: each one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    runs = [{"strategy": strategy, "micro_batches": micro_batches, "schedule": schedule} for strategy in strategies]
-    return _timing_rows(runs, sizes, batch, precision, processes, backend, warmup=warmup, repeats=repeats,
+    runs = [{"strategy": strategy, "batch": batch, "precision": precision, "micro_batches": micro_batches,
+             "schedule": schedule} for precision in precisions for batch in positive_ints("batches", batches)
+            for strategy in strategies]
+    return _timing_rows(runs, sizes, processes, backend, warmup=warmup, repeats=repeats,
                         learning_rate=learning_rate, seed=seed, timeout_s=timeout_s)
 
 
@@ -373,10 +379,20 @@ def pipeline_bubble(sizes: Sequence[int], batch: int, micro_batches: Sequence[in
     message counts as idle: the formula's stages send in no time, real ones do not.
     """
     check_gpus(backend, processes)
-    runs = [{"strategy": "pipeline", "micro_batches": m, "schedule": schedule} for schedule in schedules
-            for m in positive_ints("micro_batches", micro_batches)]
-    return _timing_rows(runs, sizes, batch, precision, processes, backend, warmup=warmup, repeats=repeats,
-                        learning_rate=1e-3, seed=seed, timeout_s=timeout_s)
+    runs = [{"strategy": "pipeline", "batch": batch, "precision": precision, "micro_batches": m, "schedule": schedule}
+            for schedule in schedules for m in positive_ints("micro_batches", micro_batches)]
+    return _timing_rows(runs, sizes, processes, backend, warmup=warmup, repeats=repeats, learning_rate=1e-3,
+                        seed=seed, timeout_s=timeout_s)
+
+
+@experiment("distributed_allreduce_gpus", runs=("main",))
+def allreduce_by_gpus(sizes: Sequence[int], processes: Sequence[int] = (2,), backend: str = "gloo", *,
+                      timeout_s: float = TIMEOUT_S) -> list[dict]:
+    """:func:`.ddp.allreduce_bandwidth` (float32, its default budget per size) on each number of ``processes``:
+    the all-reduce's bus bandwidth curve for every machine size, one row per size and number (``processes``)."""
+    check_gpus(backend, processes)
+    return [row for count in positive_ints("processes", processes)
+            for row in ddp.allreduce_bandwidth(sizes, count, backend, timeout_s=timeout_s)]
 
 
 if __name__ == "__main__":

@@ -49,6 +49,17 @@ SMOKE = {**FULL, "traffic_batches": [256, 4096], "simulated_workers": [2, 3, 4, 
          "scaling_sizes": [256, 256, 10], "scaling_batches": [64], "parallel_sizes": [16, 32, 32, 4],
          "parallel_batch": 8}
 
+# Tensor, pipeline and sharded parallelism measured on 2, 4 and 8 GPUs (tools/record_parallelism.py, one process per
+# GPU, NCCL): not part of the notebook's run, which has one GPU in `make gpu-run`; the page draws their recordings.
+MACHINES = dict(
+    sizes=FULL["scaling_sizes"],  # the DDP scaling's MLP: four 4096 x 4096 layers and a classifier, 67 M parameters
+    batches=[1024, 4096],  # per GPU for DDP and FSDP (weak scaling); the whole batch for tensor and pipeline (strong)
+    precisions=["float32", "bfloat16"],  # float32 with TF32 off; bfloat16 autocast
+    bubble_batch=8192, bubble_micro_batches=[1, 2, 4, 8, 16],  # float32: stages long enough to time, even at 16
+    bubble_precision="float32",
+    nccl_sizes=FULL["nccl_sizes"],  # the all-reduce's bus bandwidth on every machine size
+)
+
 PROCESSES = 2
 # The link between the two GPUs: PCIe 3 between two T4s (a class's likeliest pair) carries about 10 GB/s each way;
 # the recording's H200s, joined by NVLink, reached 330 GB/s of bus bandwidth. Counted at the slower, on every GPU.
