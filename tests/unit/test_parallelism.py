@@ -162,6 +162,14 @@ def test_nccl_parallelism_on_two_gpus():
     assert all(r["peak_memory_bytes"] > 0 and 0 < r["efficiency"] < 1.5 for r in rows)
 
 
+@needs_gpu(gpus=2)
+def test_1f1b_with_messages_larger_than_nccls_buffers_does_not_deadlock():
+    # 32 MiB activations each way: with one process group the two stages' send/receive queues cross and hang
+    rows = parallel.pipeline_bubble([4096] * 3 + [10], 4096, micro_batches=[2], schedules=["1f1b"], processes=[2],
+                                    backend="nccl", precision="float32", warmup=1, repeats=2, timeout_s=120)
+    assert rows[0]["bubble_formula"] == pytest.approx(1 / 3) and 0 < rows[0]["bubble"] < 1
+
+
 def test_the_page_check_passes_the_whole_batch_gradients_and_names_a_wrong_one():
     sizes, batch = [8, 16, 4], 8
     loss, gradients = measured.whole_batch_step(sizes, batch)

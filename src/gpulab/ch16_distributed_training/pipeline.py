@@ -164,6 +164,24 @@ def _widths(module: torch.nn.Sequential) -> tuple[int, int]:
     return linears[0].in_features, linears[-1].out_features
 
 
+_DIRECTIONS: dict[int, tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
+
+
+def _directions() -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+    """Two groups of all the ranks: one carries the activations forward, the other the gradients back.
+
+    NCCL runs the messages of one group between two ranks in order, on one stream. With a single group,
+    1F1B's stage s queues "send activation i + 1" before "receive gradient i" while stage s + 1 queues "send
+    gradient i" before "receive activation i + 1"; a send larger than NCCL's buffers waits for its receive, so
+    each waits for the other forever. With one group per direction, both ends of each queue agree on its order.
+    Every rank must call this at the same point (creating a group is collective): :func:`pipeline_step` does.
+    """
+    world = dist.get_world_size()
+    if world not in _DIRECTIONS:
+        _DIRECTIONS[world] = (dist.new_group(list(range(world))), dist.new_group(list(range(world))))
+    return _DIRECTIONS[world]
+
+
 def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: torch.Tensor | None,
                   micro_batches: int, schedule: str = "gpipe", batch: int | None = None
                   ) -> tuple[torch.Tensor | None, list[dict]]:
@@ -175,8 +193,9 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
     accumulate in the parameters' ``.grad``. Each micro-batch's loss is divided by their number, so the sum
     is the mean over the batch, as one process would compute it.
 
-    Activations go forward with ``isend`` and gradients back the same way: a stage never waits for its
-    message to be taken, only for the messages it needs (``recv``), so no order of passes can deadlock.
+    Activations go forward with ``isend`` and gradients back the same way, each direction in its own process
+    group (:func:`_directions`): a stage never waits for its message to be taken, only for the messages it
+    needs (``recv``), so no order of passes can deadlock.
     Returns the loss (on the last stage, else None) and the stage's compute intervals (phase, micro_batch,
     start, end in ``time.perf_counter`` seconds, which every process on a machine reads from the same clock).
     """
@@ -189,6 +208,7 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
     size, (inputs, outputs) = whole // m, _widths(module)
     first, last = rank == 0, rank == stages - 1
     saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # micro-batch -> (stage input, stage output or loss)
+    forward, backward = _directions()
     sends, intervals, total = [], [], None
     for phase, i in stage_order(rank, stages, m, schedule):
         if phase == "F":
@@ -196,7 +216,7 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
                 x = X[i * size:(i + 1) * size].to(device)
             else:
                 x = torch.empty(size, inputs, device=device)
-                dist.recv(x, src=rank - 1)
+                dist.recv(x, src=rank - 1, group=forward)
                 x.requires_grad_()
             start = _now(device)
             y = module(x)
@@ -206,19 +226,20 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
             intervals.append({"phase": "forward", "micro_batch": i, "start": start, "end": _now(device)})
             if not last:
                 message = y.detach().float()  # float32 on the wire, whatever autocast computed in
-                sends.append((dist.isend(message, dst=rank + 1), message))  # kept alive until the send is done
+                # the message is kept alive until the send is done
+                sends.append((dist.isend(message, dst=rank + 1, group=forward), message))
             saved[i] = (x, y)
         else:
             x, y = saved.pop(i)
             grad = None
             if not last:
                 grad = torch.empty(size, outputs, device=device)
-                dist.recv(grad, src=rank + 1)
+                dist.recv(grad, src=rank + 1, group=backward)
             start = _now(device)
             y.backward(None if grad is None else grad.to(y.dtype))
             intervals.append({"phase": "backward", "micro_batch": i, "start": start, "end": _now(device)})
             if not first:
-                sends.append((dist.isend(x.grad, dst=rank - 1), x.grad))
+                sends.append((dist.isend(x.grad, dst=rank - 1, group=backward), x.grad))
     for handle, _ in sends:
         handle.wait()
     return total, intervals
