@@ -19,6 +19,8 @@ os.environ["GPULAB_RECORD"] = "1"  # before gpulab reads it
 from gpulab.ch16_distributed_training import parallel, plan  # noqa: E402
 from gpulab.core import recordings  # noqa: E402
 
+LAUNCH_TIMEOUT_S = 240  # one launch (all the runs of one GPU count) takes well under a minute on H200s
+
 
 def main() -> int:
     gpus = torch.cuda.device_count()
@@ -36,7 +38,7 @@ def main() -> int:
             ("distributed_allreduce_gpus", parallel.allreduce_by_gpus, dict(sizes=m["nccl_sizes"]))]
     for name, fn, params in runs:
         start = time.perf_counter()
-        recording = recordings.run(name, fn, processes=counts, backend="nccl", **params)
+        recording = recordings.run(name, fn, processes=counts, backend="nccl", timeout_s=LAUNCH_TIMEOUT_S, **params)
         print(f"{name}: {len(recording.rows)} rows on {', '.join(map(str, counts))} GPUs of {recording.device_name} "
               f"in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
