@@ -3,7 +3,8 @@
 On a machine of 2 or more GPUs (one process per GPU, NCCL), at the sizes of
 ``gpulab.ch16_distributed_training.plan.MACHINES``, on 2, 4 and 8 GPUs as far as the machine has them:
 ``distributed_parallel_scaling``, ``distributed_pipeline_bubble`` and ``distributed_allreduce_gpus`` under
-``results/<gpu>/``, which chapter 16 draws. ``make gpu-parallel`` runs it; it takes about 3 minutes on 4 GPUs.
+``results/<gpu>/``, which chapter 16 draws (or only the experiments named as arguments). ``make gpu-parallel``
+runs it; it takes about 3 minutes on 4 GPUs.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def main() -> int:
              dict(sizes=m["sizes"], batch=m["bubble_batch"], micro_batches=m["bubble_micro_batches"],
                   precision=m["bubble_precision"])),
             ("distributed_allreduce_gpus", parallel.allreduce_by_gpus, dict(sizes=m["nccl_sizes"]))]
-    for name, fn, params in runs:
+    wanted = sys.argv[1:] or [name for name, _, _ in runs]  # the experiments named on the command line, or all
+    for name, fn, params in (run for run in runs if run[0] in wanted):
         start = time.perf_counter()
         recording = recordings.run(name, fn, processes=counts, backend="nccl", timeout_s=LAUNCH_TIMEOUT_S, **params)
         print(f"{name}: {len(recording.rows)} rows on {', '.join(map(str, counts))} GPUs of {recording.device_name} "

@@ -42,9 +42,14 @@ def test_pipeline_stage_order_and_cuts():
     assert pipeline.stage_order(0, 2, 3, "1f1b") == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)]
     assert pipeline.stage_order(1, 2, 2, "gpipe") == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
     model = mlp.torch_mlp(SIZES)  # Linear ReLU Linear ReLU Linear ReLU Linear: positions 0 to 6
-    assert pipeline.stage_bounds(model, 2) == [(0, 4), (4, 7)] and pipeline.stage_bounds(model, 3)[0] == (0, 4)
-    assert [n for n, _ in pipeline.stage_module(model, 1, 2).named_parameters()][0] == "4.weight"
-    assert pipeline.sent_bytes(model, 2, BATCH) == [4 * BATCH * 8, 4 * BATCH * 8]
+    # weights per layer 192, 128, 64, 40: the cut that makes the largest stage least is 192 | 232
+    assert pipeline.stage_bounds(model, 2) == [(0, 2), (2, 7)] and pipeline.stage_bounds(model, 3)[0] == (0, 2)
+    assert [n for n, _ in pipeline.stage_module(model, 1, 2).named_parameters()][0] == "2.weight"
+    assert pipeline.sent_bytes(model, 2, BATCH) == [4 * BATCH * 16, 4 * BATCH * 16]
+    # four equal layers and a small classifier: two and two on two stages, one each on four
+    wide = mlp.torch_mlp([64] * 5 + [3])
+    assert pipeline.stage_bounds(wide, 2) == [(0, 4), (4, 9)]
+    assert pipeline.stage_bounds(wide, 4) == [(0, 2), (2, 4), (4, 6), (6, 9)]
     with pytest.raises(ValueError, match="^schedule:"):
         pipeline.timeline(2, 2, "zero-bubble")
 

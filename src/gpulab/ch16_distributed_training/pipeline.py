@@ -36,7 +36,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gpulab.ch16_distributed_training.distributed import chunk_bounds
 from gpulab.ch16_distributed_training.tensor_parallel import linear_indices
 from gpulab.core import timing
 from gpulab.core.validation import positive_int
@@ -133,15 +132,43 @@ def bubble_fraction(rows: Sequence[dict]) -> float:
 def stage_bounds(model: torch.nn.Sequential, stages: int) -> list[tuple[int, int]]:
     """Where ``model`` is cut into ``stages`` stages: each stage's (start, stop) positions in the Sequential.
 
-    The linear layers are shared out as evenly as possible, in order; a ReLU goes with the linear layer
-    before it. Raises ValueError if there are fewer linear layers than stages.
+    Each stage takes a run of consecutive linear layers (a ReLU goes with the linear layer before it), at least
+    one, and the cuts make the largest stage's weight count as small as it can be: a layer's work per sample is
+    proportional to its weights, and the slowest stage sets the pipeline's pace. (Cutting by the number of layers
+    would give an MLP of four equal layers and a small classifier three equal layers and one on two GPUs.) Among
+    equally good cuts, the earliest. Raises ValueError if there are fewer linear layers than stages.
     """
     linears, p = linear_indices(model), positive_int("stages", stages)
     if len(linears) < p:
         raise ValueError(f"stages: {p} stages need at least {p} linear layers, one per stage; the model has "
                          f"{len(linears)}")
-    starts = [linears[first] for first, _ in chunk_bounds(len(linears), p)]
+    weights = [model[i].weight.numel() for i in linears]
+    firsts = _balanced_cuts(weights, p)
+    starts = [linears[first] for first in firsts]
     return list(zip(starts, [*starts[1:], len(model)], strict=True))
+
+
+def _balanced_cuts(costs: Sequence[int], parts: int) -> list[int]:
+    """The first index of each of ``parts`` consecutive non-empty runs of ``costs`` whose largest sum is least."""
+    n = len(costs)
+    prefix = [0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    # best[k][i]: the least largest sum when the first i costs form k runs; cut[k][i] where the last run starts
+    best = [[float("inf")] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for k in range(1, parts + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                largest = max(best[k - 1][j], prefix[i] - prefix[j])
+                if largest < best[k][i]:
+                    best[k][i], cut[k][i] = largest, j
+    firsts, i = [], n
+    for k in range(parts, 0, -1):
+        i = cut[k][i]
+        firsts.append(i)
+    return firsts[::-1]
 
 
 def stage_module(model: torch.nn.Sequential, stage: int, stages: int) -> torch.nn.Sequential:
