@@ -17,7 +17,7 @@ import torch
 
 os.environ["GPULAB_RECORD"] = "1"  # before gpulab reads it
 
-from gpulab.ch16_distributed_training import parallel, plan  # noqa: E402
+from gpulab.ch16_distributed_training import ddp, parallel, plan  # noqa: E402
 from gpulab.core import recordings  # noqa: E402
 
 LAUNCH_TIMEOUT_S = 240  # one launch (all the runs of one GPU count) takes well under a minute on H200s
@@ -36,7 +36,7 @@ def main() -> int:
             ("distributed_pipeline_bubble", parallel.pipeline_bubble,
              dict(sizes=m["sizes"], batch=m["bubble_batch"], micro_batches=m["bubble_micro_batches"],
                   precision=m["bubble_precision"])),
-            ("distributed_allreduce_gpus", parallel.allreduce_by_gpus, dict(sizes=m["nccl_sizes"]))]
+            ("distributed_allreduce_gpus", ddp.allreduce_by_gpus, dict(sizes=m["nccl_sizes"]))]
     wanted = sys.argv[1:] or [name for name, _, _ in runs]  # the experiments named on the command line, or all
     for name, fn, params in (run for run in runs if run[0] in wanted):
         start = time.perf_counter()

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from gpulab.ch04_mlp_gemms import mlp
 from gpulab.ch16_distributed_training import distributed
-from gpulab.ch16_distributed_training.launch import BACKENDS, TIMEOUT_S, LaunchError, launch
+from gpulab.ch16_distributed_training.launch import BACKENDS, TIMEOUT_S, LaunchError, check_gpus, launch
 from gpulab.core import env, timing
 from gpulab.core.precision import matmul_mode
 from gpulab.core.provenance import experiment
@@ -397,6 +397,16 @@ def allreduce_bandwidth(sizes: Sequence[int], processes: int = 2, backend: str =
     first = reports[0]
     return [{**row, "backend": backend, "processes": processes, "device": first["device"],
              "nccl_version": first["nccl_version"], "status": "ok"} for row in first["rows"]]
+
+
+@experiment("distributed_allreduce_gpus", runs=("main",))
+def allreduce_by_gpus(sizes: Sequence[int], processes: Sequence[int] = (2,), backend: str = "gloo", *,
+                      timeout_s: float = TIMEOUT_S) -> list[dict]:
+    """:func:`allreduce_bandwidth` (float32, its default budget per size) on each number of ``processes``:
+    the all-reduce's bus bandwidth curve for every machine size, one row per size and number (``processes``)."""
+    check_gpus(backend, processes)
+    return [row for count in positive_ints("processes", processes)
+            for row in allreduce_bandwidth(sizes, count, backend, timeout_s=timeout_s)]
 
 
 @experiment("distributed_ddp_scaling", runs=("main",))

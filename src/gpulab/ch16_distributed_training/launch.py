@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from gpulab import SRC
-from gpulab.core.validation import positive_int
+from gpulab.core.validation import positive_int, positive_ints
 
 BACKENDS = ("gloo", "nccl")  # gloo: CPU tensors, any machine; nccl: one CUDA GPU per process
 TIMEOUT_S = 300.0  # the default limit of one launch, from start to the last process's exit
@@ -119,3 +119,13 @@ def _tail(text: str, lines: int = 20) -> str:
         return "\n".join(kept[-lines:]) or "(nothing)"
     summary = [line.strip() for line in kept[end:] if line.strip().startswith(("rank ", "exitcode ", "traceback "))]
     return "\n".join([*kept[:end][-lines:], "torchrun's report:", *summary])
+
+
+def check_gpus(backend: str, processes: Sequence[int]) -> None:
+    """Raise ValueError if ``backend`` is nccl and this machine has fewer GPUs than the largest of ``processes``."""
+    import torch  # here only: starting processes needs no torch
+
+    wanted = max(positive_ints("processes", processes))
+    if backend == "nccl" and torch.cuda.device_count() < wanted:
+        raise ValueError(f"processes: nccl runs one process per GPU; {wanted} asked for, {torch.cuda.device_count()} "
+                         "GPU(s) here. Run on a machine with that many GPUs, or ask for fewer processes")

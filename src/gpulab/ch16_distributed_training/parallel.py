@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from gpulab.ch04_mlp_gemms import mlp
 from gpulab.ch16_distributed_training import ddp, pipeline, sharded, tensor_parallel
-from gpulab.ch16_distributed_training.launch import BACKENDS, TIMEOUT_S, LaunchError, launch
+from gpulab.ch16_distributed_training.launch import BACKENDS, TIMEOUT_S, LaunchError, check_gpus, launch
 from gpulab.core import env, timing
 from gpulab.core.precision import matmul_mode
 from gpulab.core.provenance import experiment
@@ -76,14 +76,6 @@ def run_task(task: str, params: Mapping, processes: int, backend: str = "gloo", 
     if len(reports) != processes:
         raise LaunchError(f"task {task!r}: {len(reports)} of {processes} ranks reported", 0, "")
     return reports
-
-
-def check_gpus(backend: str, processes: Sequence[int]) -> None:
-    """Raise ValueError if ``backend`` is nccl and this machine has fewer GPUs than the largest of ``processes``."""
-    wanted = max(positive_ints("processes", processes))
-    if backend == "nccl" and torch.cuda.device_count() < wanted:
-        raise ValueError(f"processes: nccl runs one process per GPU; {wanted} asked for, {torch.cuda.device_count()} "
-                         "GPU(s) here. Run on a machine with that many GPUs, or ask for fewer processes")
 
 
 def _tensor_task(device: torch.device, folder: Path, sizes: Sequence[int], batch: int, seed: int) -> list[dict]:
@@ -383,16 +375,6 @@ def pipeline_bubble(sizes: Sequence[int], batch: int, micro_batches: Sequence[in
             for schedule in schedules for m in positive_ints("micro_batches", micro_batches)]
     return _timing_rows(runs, sizes, processes, backend, warmup=warmup, repeats=repeats, learning_rate=1e-3,
                         seed=seed, timeout_s=timeout_s)
-
-
-@experiment("distributed_allreduce_gpus", runs=("main",))
-def allreduce_by_gpus(sizes: Sequence[int], processes: Sequence[int] = (2,), backend: str = "gloo", *,
-                      timeout_s: float = TIMEOUT_S) -> list[dict]:
-    """:func:`.ddp.allreduce_bandwidth` (float32, its default budget per size) on each number of ``processes``:
-    the all-reduce's bus bandwidth curve for every machine size, one row per size and number (``processes``)."""
-    check_gpus(backend, processes)
-    return [row for count in positive_ints("processes", processes)
-            for row in ddp.allreduce_bandwidth(sizes, count, backend, timeout_s=timeout_s)]
 
 
 if __name__ == "__main__":
