@@ -4,7 +4,7 @@ the machine's GPU, and its evidence names the pair."""
 
 from __future__ import annotations
 
-from gpulab.ch16_distributed_training import measured
+from gpulab.ch16_distributed_training import machines, measured
 from gpulab.core import recordings
 from gpulab.core.claims import Claim, Verdict, verdict
 from gpulab.core.printing import format_bytes
@@ -216,3 +216,108 @@ THROUGHPUT = Claim(
     "throughput", "In bfloat16, one batch of a step's samples moves more samples per second than the same samples as "
     "accumulated micro-batches, at a lower efficiency: efficiency says how well the GPUs share the work, not how fast "
     "the work goes.", SCALING, _throughput)
+
+
+# Tensor, pipeline and sharded parallelism on machines of several GPUs (.machines; tools/record_parallelism.py)
+
+def _machine(run: Recording) -> str:
+    return f"{max(r['devices'] for r in ok_rows(run.rows))}-GPU machine"
+
+
+def _rows_of(run: Recording, **match) -> list[dict]:
+    rows = [r for r in ok_rows(run.rows) if all(r.get(k) == v for k, v in match.items())]
+    if not rows:
+        raise KeyError(f"no row with {match}")
+    return rows
+
+
+def _weak_scaling_target(run: Recording) -> Verdict:
+    batch = max(r["batch_per_device"] for r in _rows_of(run, precision="float32"))
+    rows = [r for r in _rows_of(run, precision="float32", batch_per_device=batch) if r["strategy"] in ("ddp", "fsdp")]
+    text = ", ".join(f"{r['strategy'].upper()} on {r['devices']} {r['efficiency']:.1%}" for r in rows)
+    return verdict(len(rows) >= 2 and all(r["efficiency"] >= TARGET for r in rows),
+                   f"{_machine(run)}, float32, {batch:,} samples per GPU: {text}")
+
+
+WEAK_SCALING_TARGET = Claim(
+    "weak_scaling_target", f"In float32 with the largest batch per GPU measured, DDP and FSDP both kept at least "
+    f"{TARGET:.0%} of one GPU's throughput per GPU, on every number of GPUs measured.", machines.SCALING,
+    _weak_scaling_target)
+
+
+def _every_method_worse_in_bfloat16(run: Recording) -> Verdict:
+    pairs = []
+    for r in _rows_of(run, precision="bfloat16"):
+        twin = _rows_of(run, precision="float32", strategy=r["strategy"], devices=r["devices"],
+                        batch_per_device=r["batch_per_device"])[0]
+        pairs.append((r["efficiency"] < twin["efficiency"], r, twin))
+    worst = max(pairs, key=lambda p: p[1]["efficiency"] / p[2]["efficiency"])
+    return verdict(all(p[0] for p in pairs), f"{_machine(run)}: {len(pairs)} pairs; the closest, "
+                   f"{worst[1]['strategy']} on {worst[1]['devices']} GPUs at {worst[1]['batch_per_device']:,}: "
+                   f"{worst[1]['efficiency']:.0%} in bfloat16 against {worst[2]['efficiency']:.0%} in float32")
+
+
+EVERY_METHOD_WORSE_IN_BFLOAT16 = Claim(
+    "every_method_worse_in_bfloat16", "Every method, at every batch and number of GPUs, kept a smaller share of one "
+    "GPU's throughput in bfloat16 than in float32: the faster the arithmetic, the less of it there is to hide the "
+    "communication behind.", machines.SCALING, _every_method_worse_in_bfloat16)
+
+
+def _tensor_beats_pipeline(run: Recording) -> Verdict:
+    most = max(r["devices"] for r in ok_rows(run.rows))
+    batch = max(r["batch_per_device"] for r in _rows_of(run, precision="float32"))
+    tensor, piped = (_rows_of(run, precision="float32", batch_per_device=batch, devices=most, strategy=s)[0]
+                     for s in ("tensor", "pipeline"))
+    return verdict(machines.speedup(tensor) >= 3 and machines.speedup(piped) < 2,
+                   f"{most} GPUs, float32, {batch:,} samples: tensor parallel {machines.speedup(tensor):.2f}x one "
+                   f"GPU, pipeline {machines.speedup(piped):.2f}x")
+
+
+TENSOR_BEATS_PIPELINE = Claim(
+    "tensor_beats_pipeline", "Split over the most GPUs measured, the float32 step on the largest batch ran at least "
+    "three times as fast as on one GPU with tensor parallelism, and less than twice as fast with the pipeline.",
+    machines.SCALING,
+    _tensor_beats_pipeline)
+
+
+def _fsdp_fixed_cost(run: Recording) -> Verdict:
+    rows = _rows_of(run, precision="bfloat16", strategy="fsdp")
+    ratios = [r["seconds"] / r["single_seconds"] for r in rows]
+    return verdict(min(ratios) >= 4, f"{_machine(run)}: FSDP's bfloat16 step {min(ratios):.1f}x to "
+                                     f"{max(ratios):.1f}x one GPU's step alone, over {len(rows)} runs")
+
+
+FSDP_FIXED_COST = Claim(
+    "fsdp_fixed_cost", "In bfloat16, FSDP's step took at least four times as long as the same GPU's step alone, at "
+    "every batch and number of GPUs.", machines.SCALING, _fsdp_fixed_cost)
+
+
+def _fsdp_state_sharded(run: Recording) -> Verdict:
+    rows = machines.memory_rows(run)
+    exact = all(abs(r["state_share"] * r["devices"] - 1) < 0.01 for r in rows)
+    lower = all(1 / r["devices"] < r["peak_share"] < 1 for r in rows)
+    state, peak = [r["state_share"] for r in rows], [r["peak_share"] for r in rows]
+    return verdict(exact and lower, f"{_machine(run)}: FSDP's weights and gradients {min(state):.1%} to "
+                                    f"{max(state):.1%} of DDP's; its peak {min(peak):.0%} to {max(peak):.0%} of DDP's")
+
+
+FSDP_STATE_SHARDED = Claim(
+    "fsdp_state_sharded", "On p GPUs, FSDP kept 1/p of DDP's weights and gradients on each GPU (within 1%), and its "
+    "peak memory per GPU was lower than DDP's in every run, though never as low as 1/p of it.", machines.SCALING,
+    _fsdp_state_sharded)
+
+
+def _bubble_grows_apart(run: Recording) -> Verdict:
+    rows = ok_rows(run.rows)
+    fewest, most = min(r["micro_batches"] for r in rows), max(r["micro_batches"] for r in rows)
+    low = [r["bubble"] / r["bubble_formula"] for r in rows if r["micro_batches"] == fewest]
+    high = [r["bubble"] / r["bubble_formula"] for r in rows if r["micro_batches"] == most]
+    return verdict(all(abs(x - 1) <= 0.05 for x in low) and all(x > 2 for x in high),
+                   f"{_machine(run)}: measured / formula {min(low):.2f} to {max(low):.2f} with {fewest} micro-batch; "
+                   f"{min(high):.2f} to {max(high):.2f} with {most}")
+
+
+BUBBLE_GROWS_APART = Claim(
+    "bubble_grows_apart", "With one micro-batch, the measured bubble was within 5% of (p - 1)/(m + p - 1) on every "
+    "number of stages and both schedules; with sixteen, it was more than twice the formula.", machines.BUBBLE,
+    _bubble_grows_apart)
