@@ -1,6 +1,7 @@
-"""What chapter 16 states about NCCL's all-reduce and DDP's scaling from one GPU to two, as claims checked on every
-recorded machine (:mod:`gpulab.core.claims`). The recordings are runs over two GPUs of one machine; a claim's GPU is
-the machine's GPU, and its evidence names the pair."""
+"""What chapter 16 states about NCCL's all-reduce, DDP's scaling from one GPU to two, and tensor, pipeline and
+sharded parallelism on several GPUs, as claims checked on every recorded machine (:mod:`gpulab.core.claims`). The
+recordings are runs over several GPUs of one machine; a claim's GPU is the machine's GPU, and its evidence names
+how many GPUs of it ran."""
 
 from __future__ import annotations
 
@@ -259,8 +260,8 @@ def _every_method_worse_in_bfloat16(run: Recording) -> Verdict:
 
 EVERY_METHOD_WORSE_IN_BFLOAT16 = Claim(
     "every_method_worse_in_bfloat16", "Every method, at every batch and number of GPUs, kept a smaller share of one "
-    "GPU's throughput in bfloat16 than in float32: the faster the arithmetic, the less of it there is to hide the "
-    "communication behind.", machines.SCALING, _every_method_worse_in_bfloat16)
+    "GPU's throughput in bfloat16 than in float32: the shorter one GPU's step, the less time there is to hide "
+    "anything a method adds to it.", machines.SCALING, _every_method_worse_in_bfloat16)
 
 
 def _tensor_beats_pipeline(run: Recording) -> Verdict:
@@ -275,7 +276,8 @@ def _tensor_beats_pipeline(run: Recording) -> Verdict:
 
 TENSOR_BEATS_PIPELINE = Claim(
     "tensor_beats_pipeline", "Split over the most GPUs measured, the float32 step on the largest batch ran at least "
-    "three times as fast as on one GPU with tensor parallelism, and less than twice as fast with the pipeline.",
+    "three times as fast as on one GPU with tensor parallelism, and less than twice as fast with the pipeline, whose "
+    "timed step synchronizes the host before and after every pass.",
     machines.SCALING,
     _tensor_beats_pipeline)
 
@@ -319,5 +321,6 @@ def _bubble_grows_apart(run: Recording) -> Verdict:
 
 BUBBLE_GROWS_APART = Claim(
     "bubble_grows_apart", "With one micro-batch, the measured bubble was within 5% of (p - 1)/(m + p - 1) on every "
-    "number of stages and both schedules; with sixteen, it was more than twice the formula.", machines.BUBBLE,
+    "number of stages and both schedules; with the most micro-batches measured, it was more than twice the formula.",
+    machines.BUBBLE,
     _bubble_grows_apart)

@@ -81,12 +81,15 @@ def scaling_table(runs: Sequence[Recording]) -> Table:
         Column("strategy", format=LABELS.get),
         Column("devices", "GPUs"), Column("seconds", "step", "ms", format=lambda s: f"{s * 1e3:.2f}"),
         Column("single_seconds", "one GPU", "ms", format=lambda s: f"{s * 1e3:.2f}"),
-        Column("efficiency", format=".0%"), Column("speedup", "speed-up", format=".2f"),
+        Column("spread", format=".0%"), Column("efficiency", format=".0%"),
+        Column("speedup", "speed-up", format=".2f"),
         Column("peak_memory_bytes", "peak memory", format=lambda b: format_bytes(int(b))),
         Column("state_bytes", "weights + gradients", format=lambda b: format_bytes(int(b))),
         Column("predicted_sent_bytes", "sent per step", format=lambda b: format_bytes(int(b)))],
-        caption="batch: per GPU for DDP and FSDP, in all for tensor and pipeline parallelism; sent per step: the "
-                "busiest GPU's bytes as the model counts them")
+        caption="batch: per GPU for DDP and FSDP, in all for tensor and pipeline parallelism; step: the median of 10 "
+                "steps, spread its interquartile range over the median; sent per step: the busiest GPU's bytes as "
+                "the model counts them (in bfloat16 tensor parallelism sends more: adding the float32 bias makes "
+                "its backward all-reduce float32)")
 
 
 def _row(run: Recording, strategy: str, precision: str, batch: int, devices: int) -> dict | None:
@@ -106,15 +109,22 @@ def scaling_statements(runs: Sequence[Recording]) -> list[str]:
         fsdp_rows = [r for r in rows if r["strategy"] == "fsdp"]
         floor = min(r["seconds"] for r in fsdp_rows)
         sent = max(r["predicted_sent_bytes"] for r in fsdp_rows)
-        said.append(
-            f"{run.label}, {most} GPUs, {precision}, {batch:,} samples per GPU: DDP kept {ddp['efficiency']:.0%} of "
-            f"one GPU's throughput per GPU and FSDP {fsdp['efficiency']:.0%}. Splitting one batch of {batch:,} "
-            f"instead, tensor parallelism ran the step {speedup(tensor):.2f} times as fast as one GPU "
-            f"({tensor['seconds'] * 1e3:.1f} against {tensor['single_seconds'] * 1e3:.1f} ms) and the pipeline "
-            f"{speedup(piped):.2f} times. FSDP's step never took less than {floor * 1e3:.1f} ms, whatever the batch, "
-            f"precision or number of GPUs, although the most it sends per step, {format_bytes(int(sent))}, takes "
-            f"about {sent / _bus_rate(run) * 1e3:.1f} ms at the bus bandwidth this machine's all-reduce reached "
-            f"(below): a cost per step on the hosts, not on the links.")
+        ddp_added = max(r["seconds"] - r["single_seconds"] for r in rows if r["strategy"] == "ddp")
+        same = _row(run, "ddp", precision, batch // most, most)
+        text = (f"{run.label}, {most} GPUs, {precision}, {batch:,} samples per GPU: DDP kept "
+                f"{ddp['efficiency']:.0%} of one GPU's throughput per GPU and FSDP {fsdp['efficiency']:.0%}. "
+                f"Splitting one batch of {batch:,} instead, tensor parallelism ran the step "
+                f"{speedup(tensor):.2f} times as fast as one GPU ({tensor['seconds'] * 1e3:.1f} against "
+                f"{tensor['single_seconds'] * 1e3:.1f} ms) and the pipeline {speedup(piped):.2f} times.")
+        if same:
+            text += (f" DDP with {batch // most:,} samples per GPU, the same {batch:,} samples a step, took "
+                     f"{same['seconds'] * 1e3:.1f} ms.")
+        text += (f" FSDP's step never took less than {floor * 1e3:.1f} ms, whatever the batch, precision or number "
+                 f"of GPUs. The most it sends per step, {format_bytes(int(sent))}, would take about "
+                 f"{sent / _bus_rate(run) * 1e3:.1f} ms at the best bus bandwidth this machine's all-reduce reached "
+                 f"(below), and DDP, sending two thirds as much, added at most {ddp_added * 1e3:.1f} ms to its step: "
+                 "the links do not set the floor.")
+        said.append(text)
     return said
 
 
@@ -163,9 +173,30 @@ def memory_statements(runs: Sequence[Recording]) -> list[str]:
                     f"FSDP kept {format_bytes(int(row['fsdp_state']))} of weights and gradients per GPU against "
                     f"DDP's {format_bytes(int(row['ddp_state']))} ({row['state_share']:.0%}), but its peak was "
                     f"{format_bytes(int(row['fsdp_peak']))} against {format_bytes(int(row['ddp_peak']))} "
-                    f"({row['peak_share']:.0%}): the activations of a GPU's own samples, the gradients flowing back "
-                    "through them and the whole layers FSDP gathers before using them are not sharded.")
+                    f"({row['peak_share']:.0%}).")
     return said
+
+
+def _smallest(rows: Sequence[dict]) -> str:
+    """'34 µs on 2 GPUs and 52 µs on 4': the time of the smallest message on each number of GPUs."""
+    parts = []
+    for p in sorted({r["processes"] for r in rows}):
+        first = min((r for r in rows if r["processes"] == p), key=lambda r: r["bytes"])
+        parts.append(f"{first['seconds'] * 1e6:.0f} µs on {p} GPUs")
+    return " and ".join(parts)
+
+
+def bubble_table(runs: Sequence[Recording]) -> Table:
+    """Every pipelined step of the bubble runs: its time, one GPU's, the bubble measured and by the formula, and
+    the peak memory of the busiest GPU."""
+    rows = [{"gpu": run.short_label, **r} for run in runs for r in ok_rows(run.rows)]
+    return table(rows, [
+        Column("gpu", "GPU"), Column("devices", "stages"), Column("schedule"), Column("micro_batches", "m"),
+        Column("seconds", "step", "ms", format=lambda s: f"{s * 1e3:.1f}"),
+        Column("single_seconds", "one GPU", "ms", format=lambda s: f"{s * 1e3:.1f}"),
+        Column("bubble", "bubble", format=".1%"), Column("bubble_formula", "(p - 1)/(m + p - 1)", format=".1%"),
+        Column("peak_memory_bytes", "peak memory", format=lambda b: format_bytes(int(b)))],
+        caption="float32; the bubble from the stages' compute intervals of one step")
 
 
 def bubble_figure(runs: Sequence[Recording]) -> go.Figure:
@@ -268,6 +299,7 @@ def allreduce_statements(runs: Sequence[Recording]) -> list[str]:
         largest = format_bytes(max(r["bytes"] for r in rows))
         said.append(f"{run.label}: an all-reduce of {largest} reached a bus bandwidth of {' and '.join(parts)}. The "
                     "bus bandwidth counts what each GPU sends, 2 (p - 1)/p times the message, so a ring that kept "
-                    "every link equally busy would show the same bus bandwidth on any number of GPUs.")
+                    "every link equally busy would show the same bus bandwidth on any number of GPUs. The smallest "
+                    f"message took {_smallest(rows)}.")
     return said
 
