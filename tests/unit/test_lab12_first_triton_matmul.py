@@ -405,6 +405,16 @@ def test_the_recorded_ladder_table():
     assert measure.recorded_ladder([_ladder("NVIDIA H200")], 2048) is None
 
 
+
+def test_the_recorded_ladder_in_sentences():
+    said = measure.recorded_ladder_statements([_ladder("NVIDIA H100 80GB HBM3"), _ladder("NVIDIA H200")], 8192)
+    assert len(said) == 2 and said[1].startswith("NVIDIA H200, recorded 2026-12-01, float16 at 8,192^3")
+    assert said[0].endswith(f"the blocked kernel (step 1) ran at 43% of cuBLAS; the pipelined one (step 2, 3 "
+                            f"stages) at 71%, {500 / 300:.2f}x the blocked kernel; with one stage, its larger tile "
+                            f"alone ran at {250 / 300:.2f}x the blocked kernel; the grouped one (step 3) at 74%, "
+                            f"{520 / 500 - 1:+.1%} on the pipelined one.")
+    assert measure.recorded_ladder_statements([_ladder("NVIDIA H200")], 2048) == []
+
 def test_the_results_table():
     rows = [{"kernel": "cuBLAS", "tflops": 700.0, "share_of_cublas": 1.0, "status": "ok"},
             {"kernel": "yours", "status": "not timed, its check fails: AssertionError: relative error"}]

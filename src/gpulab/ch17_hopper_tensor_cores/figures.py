@@ -28,7 +28,8 @@ def step_label(kernel: str) -> str:
     """'2 pipelined, 4 stages' for 'step2_pipelined (num_stages=4)', '4 TMA' for 'step4_tma', 'cuBLAS' as it is."""
     name, _, option = kernel.partition(" (num_stages=")
     label = STEP_LABELS.get(name, name)
-    return f"{label}, {option.rstrip(')')} stages" if option else label
+    stages = option.rstrip(")")
+    return f"{label}, {stages} stage{'' if stages == '1' else 's'}" if option else label
 
 
 # ---- chapter 10's WMMA kernels against cuBLAS ------------------------------------------------------------------------
@@ -231,30 +232,39 @@ def _row(run: Recording, dtype: str, n: int, kernel: str) -> dict | None:
     return next((r for r in ok_rows(run.rows) if (r["dtype"], r["n"], r["kernel"]) == (dtype, n, kernel)), None)
 
 
+def _named(kernel: str) -> str:
+    """'step 2 (pipelined)' for 'step2_pipelined'."""
+    number, _, name = step_label(kernel).partition(" ")
+    return f"step {number} ({name})"
+
+
 def ladder_statements(runs: Sequence[Recording]) -> list[str]:
-    """Per GPU: the best kernel against the target, what TMA and the persistent loop added, and step 6 against
-    step 5, each from the rows of the largest size in bfloat16 (or the case the run has)."""
+    """Per GPU, in the largest size in bfloat16 (or the last case the run has): where step 1 starts, what each step
+    gained over the one before, and the best kernel against the target."""
     said = []
     for run in runs:
         cases = _cases(run)
         if not cases:
             continue
         dtype, n = (TARGET_DTYPE, TARGET_N) if (TARGET_DTYPE, TARGET_N) in cases else cases[-1]
-        rows = [r for r in ok_rows(run.rows) if (r["dtype"], r["n"]) == (dtype, n) and r["kernel"] != "cuBLAS"]
-        best = max(rows, key=lambda r: r["tflops"])
+        cublas = _row(run, dtype, n, "cuBLAS")
+        steps = [row for name in STEP_LABELS if (row := _row(run, dtype, n, name))]
+        if cublas is None or not steps:
+            continue
+        first, best = steps[0], max(steps, key=lambda r: r["tflops"])
         verdict = ("meets" if best["share_of_cublas"] >= TARGET else "misses") if (dtype, n) == (
             TARGET_DTYPE, TARGET_N) else "cannot be judged at this size against"
-        text = (f"{run.label}, {dtype} at {n:,}^3: the best Triton kernel is {step_label(best['kernel'])} at "
-                f"{best['tflops']:,.0f} TFLOP/s, {best['share_of_cublas']:.0%} of cuBLAS in the same run: it {verdict} "
-                f"the target of {TARGET:.0%}.")
-        three, four = _row(run, dtype, n, "step3_grouped"), _row(run, dtype, n, "step4_tma")
-        if three and four:
-            text += (f" TMA took the rate from {three['tflops']:,.0f} (step 3) to {four['tflops']:,.0f} TFLOP/s "
-                     f"({four['tflops'] / three['tflops']:.2f}x).")
-        five, six = _row(run, dtype, n, "step5_persistent"), _row(run, dtype, n, "step6_warp_specialized")
-        if five and six:
-            text += (f" Step 6 ran at {six['tflops'] / five['tflops'] - 1:+.1%} of step 5's rate, "
-                     f"{'with' if six.get('warp_specialized') else 'without'} warp specialization in its code.")
+        text = (f"{run.label}, {dtype} at {n:,}^3: {_named(first['kernel'])} ran at {first['tflops']:,.0f} "
+                f"TFLOP/s, {first['share_of_cublas']:.0%} of cuBLAS's {cublas['tflops']:,.0f}.")
+        if len(steps) > 1:
+            text += " Each step against the one before: " + ", ".join(
+                f"{_named(later['kernel'])} {later['tflops'] / before['tflops']:.2f}x"
+                for before, later in zip(steps, steps[1:], strict=False)) + "."
+        text += (f" The best, {_named(best['kernel'])}, ran at {best['tflops']:,.0f} TFLOP/s, "
+                 f"{best['share_of_cublas']:.0%} of cuBLAS in the same run: it {verdict} the target of {TARGET:.0%}.")
+        six = _row(run, dtype, n, "step6_warp_specialized")
+        if six is not None:
+            text += f" Step 6 {'was' if six.get('warp_specialized') else 'was not'} warp-specialized in its code."
         said.append(text)
     return said
 

@@ -116,3 +116,28 @@ def recorded_ladder(runs: Sequence, n: int, dtype: str = "float16") -> Table | N
                           Column("sass_LDGSTS", "LDGSTS"), Column("shared_bytes", "shared memory", "KiB", format=_kib)],
                    where=lambda row: _is_ladder_step(row, n, dtype),
                    caption=f"the book's ladder, steps 1 to 3, at {n:,}^3 in {dtype}, each GPU's cuBLAS in the same run")
+
+
+def _rows_at(run, n: int, dtype: str) -> dict[str, dict]:
+    return {row["kernel"]: row for row in run.rows if _is_ladder_step(row, n, dtype) and row.get("tflops")}
+
+
+def recorded_ladder_statements(runs: Sequence, n: int, dtype: str = "float16") -> list[str]:
+    """Per recorded GPU, in a sentence: what each of this lab's three kernels reached in the book's recorded ladder at
+    ``n^3`` in ``dtype`` (share of cuBLAS), and what each step gained over the one before; the larger tile alone
+    (step 2 at one stage) where the recording has it. Nothing for a GPU without those rows."""
+    said = []
+    for run in runs:
+        rows = _rows_at(run, n, dtype)
+        blocked, pipelined, grouped = (rows.get(k) for k in LADDER_STEPS[1:])
+        if not (blocked and pipelined and grouped):
+            continue
+        one = rows.get("step2_pipelined (num_stages=1)")
+        tile = (f"; with one stage, its larger tile alone ran at {one['tflops'] / blocked['tflops']:.2f}x the blocked "
+                "kernel" if one else "")
+        said.append(f"{run.label}, {dtype} at {n:,}^3: the blocked kernel (step 1) ran at "
+                    f"{blocked['share_of_cublas']:.0%} of cuBLAS; the pipelined one (step 2, {pipelined['num_stages']} "
+                    f"stages) at {pipelined['share_of_cublas']:.0%}, {pipelined['tflops'] / blocked['tflops']:.2f}x "
+                    f"the blocked kernel{tile}; the grouped one (step 3) at {grouped['share_of_cublas']:.0%}, "
+                    f"{grouped['tflops'] / pipelined['tflops'] - 1:+.1%} on the pipelined one.")
+    return said
