@@ -424,3 +424,22 @@ def test_the_answers_are_computed_with_and_without_recordings(results):
     assert "NVIDIA H100 80GB HBM3, recorded 2026-11-26: n = 256" in full["Answer to exercise 4"]
     assert "n = 8,192: at the copy's 3,000 GB/s" in full["Answer to exercise 5"]
     assert "over the sizes of the sweep" in full["Answer to exercise 6"]
+
+
+def test_executed_gmma_from_the_counters_and_its_claim_fails_on_a_wmma_kernel_that_ran_gmma():
+    import copy
+
+    from gpulab.ch17_hopper_tensor_cores import claims, sass_evidence
+    from gpulab.core import recordings
+    from gpulab.core.recordings import Recording
+
+    run = recordings.recorded("kernel_counters")[0]
+    said = sass_evidence.executed_tensor_instructions([run])
+    assert len(said) == 1 and "0 of them GMMA" in said[0] and "FLOP each" in said[0]
+    assert claims.EXECUTED_GMMA.test(run).holds
+    rows = copy.deepcopy(run.rows)
+    for row in rows:
+        if row["kernel"] == "wmma_gemm_pipelined":
+            row["tensor_instructions"]["gmma"] = row["tensor_instructions"]["hmma"]
+    assert not claims.EXECUTED_GMMA.test(Recording(run.experiment, run.function, run.params, rows,
+                                                   run.provenance)).holds

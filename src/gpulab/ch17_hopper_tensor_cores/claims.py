@@ -292,3 +292,19 @@ ERRORS_FLAT = Claim(
     "errors_flat", "On these operands (standard normal, one scale) FP8's error does not grow with the size, and a "
     f"scale per row gives the error of one scale per tensor, within {FLAT_MARGIN:.0%}: the rounding of the operands "
     "sets it, not the float32 sums or the scales.", FP8, _errors_flat)
+
+
+def _executed_gmma(run: Recording) -> Verdict:
+    rows = {r["kernel"]: r for r in ok_rows(run.rows)}
+    wmma, cublas = rows["wmma_gemm_pipelined"], rows["cublas_bfloat16"]
+    w, c = wmma["tensor_instructions"], cublas["tensor_instructions"]
+    per_w, per_c = wmma["flops"] / w["hmma"], cublas["flops"] / c["hmma"]
+    return verdict(not w["gmma"] and c["gmma"] == c["hmma"] > 0 and per_c >= 8 * per_w,
+                   f"WMMA {w['hmma']:,.0f} tensor-core instructions, {w['gmma'] or 0:,.0f} GMMA, {per_w:,.0f} FLOP "
+                   f"each; cuBLAS bf16 {c['hmma']:,.0f}, {c['gmma']:,.0f} GMMA, {per_c:,.0f} FLOP each")
+
+
+EXECUTED_GMMA = Claim(
+    "executed_gmma", "Every tensor-core instruction cuBLAS's bfloat16 kernel executed was a warpgroup instruction "
+    "(GMMA), and each did at least eight times the arithmetic of one of the WMMA kernel's, none of which was GMMA.",
+    "kernel_counters", _executed_gmma)
