@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from gpulab.ch16_distributed_training import figures
+from gpulab.ch16_distributed_training import figures, pipeline
 from gpulab.ch16_distributed_training.parallel_figures import timeline_figure
 from gpulab.core import plots, recordings
 from gpulab.core.printing import format_bytes
@@ -253,16 +253,42 @@ def bubble_statements(runs: Sequence[Recording]) -> list[str]:
                 r for r in rows if r["devices"] == p]
             low, high = (min(mine, key=lambda r: r["micro_batches"]), max(mine, key=lambda r: r["micro_batches"]))
             gaps, count = _gaps(high)
-            span = max(i["end"] for i in high["intervals"]) - min(i["start"] for i in high["intervals"])
+            share = _gap_share(high["intervals"])
+            ideal = _gap_share(_ideal_timeline(high))
+            fastest = min(mine, key=lambda r: r["seconds"])
+            extra, excess = (share - ideal) * 100, (high["bubble"] - high["bubble_formula"]) * 100
+            match = "is within a point of" if abs(extra - excess) <= 1 else "compares with"
             said.append(
                 f"{run.label}, {p} stages ({high['schedule']}): with {low['micro_batches']} micro-batch"
                 f"{'' if low['micro_batches'] == 1 else 'es'} the "
                 f"bubble was {low['bubble']:.1%} against the formula's {low['bubble_formula']:.1%}; with "
                 f"{high['micro_batches']}, {high['bubble']:.1%} against {high['bubble_formula']:.1%}. In that step, "
                 f"once its first backward pass had begun, a stage waited {gaps * 1e3:.2f} ms on average between "
-                f"two passes, {gaps * count / span:.0%} of the step over its {count} such gaps: time that the "
-                "formula, whose stages pass their results on in no time and never pause, does not have.")
+                f"two passes, {share:.1%} of the step over its {count} such gaps; the same schedule at the step's "
+                f"own mean pass times, with instant messages and no pauses, waits {ideal:.1%} there. The "
+                f"difference, {extra:.1f} points, {match} the measured bubble's excess over the formula, "
+                f"{excess:.1f} points. The step was shortest with "
+                f"{fastest['micro_batches']} micro-batches ({fastest['seconds'] * 1e3:.1f} ms); with "
+                f"{high['micro_batches']} it took {high['seconds'] * 1e3:.1f} ms.")
     return said
+
+
+def _gap_share(intervals: Sequence[dict]) -> float:
+    """The share of the span that a stage spends, on average, waiting between passes once its first backward pass
+    began (:func:`_gaps`)."""
+    gaps, count = _gaps({"intervals": intervals})
+    span = max(i["end"] for i in intervals) - min(i["start"] for i in intervals)
+    return gaps * count / span
+
+
+def _ideal_timeline(row: dict) -> list[dict]:
+    """The formula's world for a recorded step: its schedule on its stages, every forward pass taking the step's
+    mean forward time and every backward pass its mean backward time, messages taking none."""
+    times = {phase: [i["end"] - i["start"] for i in row["intervals"] if i["phase"] == phase]
+             for phase in ("forward", "backward")}
+    return pipeline.timeline(row["devices"], row["micro_batches"], row["schedule"],
+                             forward_time=sum(times["forward"]) / len(times["forward"]),
+                             backward_time=sum(times["backward"]) / len(times["backward"]))
 
 
 def _gaps(row: dict) -> tuple[float, int]:

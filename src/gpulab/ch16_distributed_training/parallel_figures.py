@@ -124,13 +124,19 @@ GPU_EXPERIMENTS = ("distributed_parallel_scaling", "distributed_pipeline_bubble"
 
 def recorded_statement(experiments: Sequence[str] = GPU_EXPERIMENTS, wanted: Sequence[int] = (2, 4, 8)) -> str:
     """Which machine sizes the three methods have been measured on (a sentence from the recordings), and which wait."""
-    done: dict[int, list[str]] = {}
+    done: dict[int, set[str]] = {}
+    machines: dict[str, int] = {}  # each machine (its GPU's label) and the most GPUs a run used on it
     for experiment in experiments:
         for run in recordings.newest_per_gpu(experiment):
-            for count in sorted({row["devices"] for row in run.rows if "devices" in row}):
-                done.setdefault(count, []).append(f"{run.label} ({experiment})")
+            counts = {row["devices"] for row in run.rows if "devices" in row}
+            for count in counts:
+                done.setdefault(count, set()).add(run.label)
+            if counts:
+                machines[run.label] = max(machines.get(run.label, 0), *counts)
     waiting = [count for count in wanted if count not in done]
-    said = [f"Measured on {count} GPUs: {'; '.join(labels)}." for count, labels in sorted(done.items())]
+    said = [f"Measured on one machine of {most} GPUs ({label}), using "
+            f"{' and '.join(str(c) for c in sorted(done) if label in done[c])} of them: "
+            f"{', '.join(f'`{e}`' for e in experiments)}." for label, most in machines.items()]
     if waiting:
         counts = ", ".join(map(str, waiting[:-1])) + (" and " if len(waiting) > 1 else "") + str(waiting[-1])
         said.append(f"Not yet measured on {counts} GPUs: the step time, scaling efficiency, memory per GPU and bytes "
