@@ -21,8 +21,8 @@ import torch
 
 from conftest import needs_gpu
 from gpulab.ch13_memory_bound_layers_and_fusion import fusion
-from gpulab.ch18_flash_attention_and_counters import counter_figures, driver, profiled
-from gpulab.core import counters, kernel_mode, provenance, recordings
+from gpulab.ch18_flash_attention_and_counters import driver, profiled
+from gpulab.core import counter_figures, counters, kernel_mode, provenance, recordings
 from gpulab.core.recordings import Recording
 from gpulab.kernels.triton_attention.measure import forward_flops
 
@@ -434,3 +434,48 @@ def test_the_counter_table_gives_rates_shares_of_the_roof_and_stalls(results):
     naive = next(r for r in rows if r["kernel"] == "SGEMM step 1: naive")
     assert naive["top stalls (cycles per instruction)"] == "long_scoreboard 9.0"
     assert naive["rate (TFLOP/s)"] == f"{2 * 4096**3 / 0.25 / 1e12:,.2f}"
+
+
+def test_a_chapter_draws_its_kernels_without_flops_against_the_dram_roof(results):
+    runs = recordings.newest_per_gpu("kernel_counters", results)
+    fig = counter_figures.counter_bandwidth(runs, chapter="08")
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["H100 80GB HBM3", "H200"]
+    dram = next(t for t in fig.data if t.name == "DRAM")
+    assert list(dram.x) == ["naive transpose"] and dram.y[0] == pytest.approx(2 * 4 * 16384**2 / 2e-3 / 1e9)
+    assert "of the roof's DRAM bandwidth" in dram.hovertext[0] and "mio_throttle 4.0" in dram.hovertext[0]
+    h100, h200 = (b.args[1]["annotations"][0]["text"] for b in fig.layout.updatemenus[0].buttons)
+    assert "(measured ceilings)" in h100 and "(datasheet peaks)" in h200
+    fig.to_json()
+
+
+def test_a_chapter_tags_its_points_and_an_unknown_chapter_is_refused(results):
+    runs = recordings.newest_per_gpu("kernel_counters", results)
+    tags = {"sgemm_naive": "1", "cublas_float32": "cuBLAS"}
+    fig = counter_figures.counter_roofline(runs[:1], chapter="09", tags=tags)
+    gemm = next(t for t in fig.data if t.name == "ch. 09, GEMM")
+    assert gemm.mode == "markers+text" and list(gemm.text) == ["1", "", "cuBLAS"]
+    assert "ch. 09, GEMM" in fig.layout.title.text
+    for call in (counter_figures.counter_roofline, counter_figures.counter_bandwidth, counter_figures.counts_table,
+                 counter_figures.counter_table):
+        with pytest.raises(ValueError, match="chapter"):
+            call(runs, chapter="9")
+
+
+def test_the_kernels_of_a_chapter_and_their_stalls_in_words(results):
+    run = recordings.newest_per_gpu("kernel_counters", results)[0]
+    found = counter_figures.kernels(run, "09")
+    assert list(found) == ["sgemm_naive", "sgemm_prefetched", "cublas_float32"]
+    assert "triton_gemm_persistent" not in counter_figures.kernels(run)  # it failed
+    naive = found["sgemm_naive"]
+    assert counter_figures.top_stall(naive) == ("long_scoreboard", 9.0)
+    assert counter_figures.describe_stall(naive).startswith("`long_scoreboard`, 9.0 cycles per instruction (waiting")
+    with pytest.raises(KeyError, match="rank 1"):
+        counter_figures.top_stall(naive, 1)
+    assert set(counters.STALL_REASONS) - {"selected"} <= set(counter_figures.STALL_MEANINGS)
+
+
+def test_a_recorded_gpu_without_the_counters_is_named_in_one_line(results):
+    runs = recordings.newest_per_gpu("kernel_counters", results)
+    assert counter_figures.missing_note(runs) == ""
+    note = counter_figures.missing_note(runs[:1])
+    assert "the H200 has no recording of the hardware counters" in note and note.endswith("H100 80GB HBM3's.")

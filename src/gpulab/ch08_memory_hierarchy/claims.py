@@ -3,10 +3,11 @@ bytes in flight, as claims checked on every recorded GPU (:mod:`gpulab.core.clai
 
 from __future__ import annotations
 
-from gpulab.ch08_memory_hierarchy import memory
+from gpulab.ch08_memory_hierarchy import counters, memory
 from gpulab.ch08_memory_hierarchy.figures import outputs_at_risk
 from gpulab.core import specs
 from gpulab.core.claims import Claim, Verdict, same_gpu, verdict
+from gpulab.core.counter_figures import top_stall
 from gpulab.core.printing import format_bytes
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
@@ -255,3 +256,38 @@ def _about_a_mebibyte(run: Recording) -> Verdict:
 ABOUT_A_MEBIBYTE = Claim(
     "about_a_mebibyte", "At the best read rate, Little's law asks for about a mebibyte in flight across the whole "
     "GPU (between 0.5 and 4 MiB).", IN_FLIGHT, _about_a_mebibyte)
+
+
+# --- the transposes' hardware counters (profiled in chapter 18) --------------------------------------------------
+
+def _naive_bytes_in_l2(run: Recording) -> Verdict:
+    naive, tiled, padded = counters.transposes(run)
+    tiled_l2 = max(counters.l2_over_book(tiled), counters.l2_over_book(padded))
+    holds = (naive["bytes_ratio"] > 1 and not naive["bytes_within"] and tiled["bytes_within"]
+             and padded["bytes_within"] and counters.l2_over_book(naive) >= 3 * tiled_l2)
+    return verdict(holds, f"DRAM bytes / the book's: naive {naive['bytes_ratio']:.2f}, tiled "
+                   f"{tiled['bytes_ratio']:.2f}, padded {padded['bytes_ratio']:.2f}; L2 bytes / the book's: naive "
+                   f"{counters.l2_over_book(naive):.1f}, tiled ones at most {tiled_l2:.1f}")
+
+
+NAIVE_BYTES_IN_L2 = Claim(
+    "naive_bytes_in_l2", "Only the naive transpose moves more DRAM bytes than the book counts (by more than 10%), and "
+    "between L2 and the SMs it moves at least three times as many bytes as either tiled transpose: most of the waste "
+    "of its scattered writes stays between the SMs and L2.",
+    counters.EXPERIMENT, _naive_bytes_in_l2)
+
+
+def _padding_moves_the_stall(run: Recording) -> Verdict:
+    _, tiled, padded = counters.transposes(run)
+    (tiled_stall, _), (padded_stall, _) = top_stall(tiled), top_stall(padded)
+    faster = padded["dram_gbytes_per_s"] / tiled["dram_gbytes_per_s"]
+    return verdict(tiled_stall == "mio_throttle" and padded_stall == "long_scoreboard" and faster >= 1.5,
+                   f"top stalls: tiled {tiled_stall}, padded {padded_stall}; the padded one moves DRAM bytes "
+                   f"{faster:.1f}x as fast")
+
+
+PADDING_MOVES_THE_STALL = Claim(
+    "padding_moves_the_stall", "The tiled transpose's warps wait most for room in the queue of shared-memory "
+    "instructions (`mio_throttle`), which its bank conflicts fill; the padded transpose's wait most for global "
+    "loads (`long_scoreboard`), as a kernel limited by DRAM should, and it moves DRAM bytes at least 1.5 times as "
+    "fast.", counters.EXPERIMENT, _padding_moves_the_stall)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import statistics
 
+from gpulab.ch09_gemm_on_the_gpu import counters
 from gpulab.ch09_gemm_on_the_gpu.figures import variant_name
 from gpulab.ch09_gemm_on_the_gpu.gemm import blocks_per_busiest_sm, fit_partial, sm_efficiency
 from gpulab.core import specs
 from gpulab.core.claims import Claim, Verdict, same_gpu, verdict
+from gpulab.core.counter_figures import top_stall
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
 
@@ -260,3 +262,54 @@ def _alignment_worth_little(run: Recording) -> Verdict:
 ALIGNMENT_WORTH_LITTLE = Claim(
     "alignment_worth_little", "In the tile sweep, sizes that are multiples of 128 run faster on average than those "
     "that are not, for step 9 and for cuBLAS, but by less than 5%.", TILES, _alignment_worth_little)
+
+
+# --- the worklog's hardware counters (profiled in chapter 18) ----------------------------------------------------
+
+def _counters_find_2n3(run: Recording) -> Verdict:
+    steps, cublas = counters.worklog(run)
+    ratios = [r["flops_ratio"] for r in [*steps, cublas]]
+    return verdict(all(r["flops_within"] for r in [*steps, cublas]),
+                   f"counted FLOPs / 2n³ from {min(ratios):.3f} to {max(ratios):.3f}")
+
+
+COUNTERS_FIND_2N3 = Claim(
+    "counters_find_2n3", "The counters find the book's $2n^3$ FLOPs in every step and in cuBLAS, within 10%: what the "
+    "worklog changes is how the operands reach the FMAs, not how many FMAs there are.", counters.EXPERIMENT,
+    _counters_find_2n3)
+
+MEMORY_WAITS = ("lg_throttle", "long_scoreboard", "mio_throttle", "short_scoreboard")
+
+
+def _first_steps_wait_on_chip(run: Recording) -> Verdict:
+    steps, _ = counters.worklog(run)
+    roof = counters.float32_roof(run)
+    first = steps[:counters.FIRST]
+    dram = [r["dram_gbytes_per_s"] * 1e9 / roof.bandwidth for r in first]
+    busy = [r["memory_throughput_pct"] for r in first]
+    waits = [top_stall(r)[0] for r in first]
+    return verdict(min(busy) >= 70 and max(dram) < 0.2 and all(w in MEMORY_WAITS for w in waits),
+                   f"memory units {min(busy):.0f}% to {max(busy):.0f}% busy, DRAM at {max(dram):.0%} of its bandwidth "
+                   f"at most; top stalls {', '.join(waits)}")
+
+
+FIRST_STEPS_WAIT_ON_CHIP = Claim(
+    "first_steps_wait_on_chip", "Steps 1 to 3 keep their memory units at least 70% busy while DRAM moves less than a "
+    "fifth of its bandwidth, and their warps wait most on loads and stores (a full queue or a load's data): what "
+    "holds them back is the traffic between the SMs and their caches and shared memory, not DRAM.",
+    counters.EXPERIMENT, _first_steps_wait_on_chip)
+
+
+def _blocked_right_of_ridge(run: Recording) -> Verdict:
+    steps, cublas = counters.worklog(run)
+    ridge = counters.float32_roof(run).ridge("float32")
+    later = [*steps[counters.FIRST:], cublas]
+    low = min(later, key=lambda r: r["intensity"])
+    return verdict(low["intensity"] >= 5 * ridge, f"lowest: {low['label']} at {low['intensity']:.0f} FLOP per DRAM "
+                   f"byte, {low['intensity'] / ridge:.1f}x the float32 ridge ({ridge:.1f})")
+
+
+BLOCKED_RIGHT_OF_RIDGE = Claim(
+    "blocked_right_of_ridge", "From step 4 on, every step and cuBLAS lies at least five times right of the float32 "
+    "ridge: the roof above it is the FP32 peak, and DRAM, however many bytes above the book's count it moves, is not "
+    "what holds it back.", counters.EXPERIMENT, _blocked_right_of_ridge)

@@ -3,7 +3,9 @@ recorded GPU (:mod:`gpulab.core.claims`)."""
 
 from __future__ import annotations
 
+from gpulab.ch10_tensor_cores import counters
 from gpulab.core.claims import Claim, Verdict, verdict
+from gpulab.core.counter_figures import top_stall
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
 
@@ -207,3 +209,41 @@ def _batch_barely_moves(run: Recording) -> Verdict:
 BATCH_BARELY_MOVES = Claim(
     "batch_barely_moves", "Around a batch of 4096, the step's rate moves by less than 6% whatever the batch, "
     "multiple of 8 or not.", BATCHES, _batch_barely_moves)
+
+
+# --- the hardware counters of the WMMA kernels and cuBLAS (profiled in chapter 18) -------------------------------
+
+def _naive_wmma_waits_for_loads(run: Recording) -> Verdict:
+    naive = counters.tensor_kernels(run)[counters.NAIVE]
+    reason, cycles = top_stall(naive)
+    memory, sm = naive["memory_throughput_pct"], naive["sm_throughput_pct"]
+    return verdict(reason == "long_scoreboard" and cycles >= 10 and memory >= 80 and sm <= 30,
+                   f"top stall {reason} at {cycles:.1f} cycles per instruction; memory units {memory:.0f}% busy, "
+                   f"SMs {sm:.0f}%")
+
+
+NAIVE_WMMA_WAITS_FOR_LOADS = Claim(
+    "naive_wmma_waits_for_loads", "The naive WMMA kernel's warps wait most for the data of global loads "
+    "(`long_scoreboard`, 10 or more cycles per instruction), with its memory units at least 80% busy and its SMs at "
+    "most 30%: its loads, not its tensor cores, set its time.", counters.EXPERIMENT, _naive_wmma_waits_for_loads)
+
+
+def _pipelined_limit_on_chip(run: Recording) -> Verdict:
+    found = counters.tensor_kernels(run)
+    pipelined = found[counters.PIPELINED]
+    roof = counters.roof_with_peaks(run, [pipelined["dtype"]])
+    dram = counters.dram_share(pipelined, roof)
+    cublas = [found[k] for k in counters.CUBLAS]
+    holds = (pipelined["memory_throughput_pct"] > pipelined["sm_throughput_pct"] and dram < 0.25
+             and all(r["sm_throughput_pct"] > r["memory_throughput_pct"] for r in cublas))
+    return verdict(holds, f"pipelined WMMA: memory units {pipelined['memory_throughput_pct']:.0f}% busy, SMs "
+                   f"{pipelined['sm_throughput_pct']:.0f}%, DRAM at {dram:.0%} of its bandwidth; "
+                   + "; ".join(f"{r['label']}: SMs {r['sm_throughput_pct']:.0f}%, memory units "
+                               f"{r['memory_throughput_pct']:.0f}%" for r in cublas))
+
+
+PIPELINED_LIMIT_ON_CHIP = Claim(
+    "pipelined_limit_on_chip", "The pipelined WMMA kernel keeps its memory units busier than its SMs while DRAM moves "
+    "less than a quarter of its bandwidth: its limit is on chip, in the traffic between L2, shared memory and the "
+    "registers (`cp.async` in, `ldmatrix` out). cuBLAS's TF32 and bfloat16 kernels keep their SMs the busier.",
+    counters.EXPERIMENT, _pipelined_limit_on_chip)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from gpulab.ch13_memory_bound_layers_and_fusion import fusion
+from gpulab.ch13_memory_bound_layers_and_fusion import counters, fusion
 from gpulab.ch13_memory_bound_layers_and_fusion.sweeps import HORIZONTAL_METHODS, roofline_of
 from gpulab.core.claims import Claim, Verdict, same_gpu, verdict
+from gpulab.core.counter_figures import top_stall
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
 
@@ -245,3 +246,35 @@ ATTENTION_RATE = Claim(
     "attention_rate", "At the longest sequence, SDPA's default choice is the fastest method (within 5%), and the "
     "fastest attention runs at half or more of the bfloat16 matmul rate measured in the roofline run: with its scores "
     "kept on chip, attention is no longer memory-bound.", ATTENTION, _attention_rate)
+
+
+# --- the hand-fused kernel's hardware counters (profiled in chapter 18) ------------------------------------------
+
+def _fused_reads_once(run: Recording) -> Verdict:
+    row, roof = counters.fused(run)
+    ridge = roof.ridge(row["dtype"])
+    return verdict(row["bytes_within"] and row["flops_ratio"] > 1.1 and row["intensity"] < ridge,
+                   f"DRAM bytes {row['bytes_ratio']:.3f}x the book's, FLOPs {row['flops_ratio']:.2f}x; "
+                   f"{row['intensity']:.1f} FLOP per DRAM byte against a {row['dtype']} ridge of {ridge:.1f}")
+
+
+FUSED_READS_ONCE = Claim(
+    "fused_reads_once", "The counters confirm the fusion: the hand-fused kernel's DRAM bytes are within 10% of the "
+    "book's count, its input read once and its output written once. They find more FLOPs than the book counts (an "
+    "erf is one operation in the count and many instructions on the GPU), and the kernel stays left of the float32 "
+    "ridge all the same.", counters.EXPERIMENT, _fused_reads_once)
+
+
+def _fused_waits_for_memory(run: Recording) -> Verdict:
+    row, _ = counters.fused(run)
+    reason, cycles = top_stall(row)
+    return verdict(reason == "long_scoreboard" and row["memory_throughput_pct"] > row["sm_throughput_pct"],
+                   f"top stall {reason} at {cycles:.1f} cycles per instruction; memory units "
+                   f"{row['memory_throughput_pct']:.0f}% busy, SMs {row['sm_throughput_pct']:.0f}%")
+
+
+FUSED_WAITS_FOR_MEMORY = Claim(
+    "fused_waits_for_memory", "The hand-fused kernel's warps wait most for the data of global loads "
+    "(`long_scoreboard`), and its memory units are busier than its SMs: its distance to the roof is the memory's, "
+    "not the arithmetic's, as for a kernel left of the ridge it should be.", counters.EXPERIMENT,
+    _fused_waits_for_memory)
