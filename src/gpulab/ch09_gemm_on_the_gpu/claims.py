@@ -267,7 +267,7 @@ ALIGNMENT_WORTH_LITTLE = Claim(
 # --- the worklog's hardware counters (profiled in chapter 18) ----------------------------------------------------
 
 def _counters_find_2n3(run: Recording) -> Verdict:
-    steps, cublas = counters.worklog(run)
+    steps, cublas = counters.worklog_rows(run)
     ratios = [r["flops_ratio"] for r in [*steps, cublas]]
     return verdict(all(r["flops_within"] for r in [*steps, cublas]),
                    f"counted FLOPs / 2n³ from {min(ratios):.3f} to {max(ratios):.3f}")
@@ -282,7 +282,7 @@ MEMORY_WAITS = ("lg_throttle", "long_scoreboard", "mio_throttle", "short_scorebo
 
 
 def _first_steps_wait_on_chip(run: Recording) -> Verdict:
-    steps, _ = counters.worklog(run)
+    steps, _ = counters.worklog_rows(run)
     roof = counters.float32_roof(run)
     first = steps[:counters.FIRST]
     dram = [r["dram_gbytes_per_s"] * 1e9 / roof.bandwidth for r in first]
@@ -301,7 +301,7 @@ FIRST_STEPS_WAIT_ON_CHIP = Claim(
 
 
 def _blocked_right_of_ridge(run: Recording) -> Verdict:
-    steps, cublas = counters.worklog(run)
+    steps, cublas = counters.worklog_rows(run)
     ridge = counters.float32_roof(run).ridge("float32")
     later = [*steps[counters.FIRST:], cublas]
     low = min(later, key=lambda r: r["intensity"])

@@ -22,7 +22,7 @@ TAGS = {**{s.kernel: str(s.number) for s in gemm.STEPS}, CUBLAS: "cuBLAS"}  # th
 FIRST = 3  # steps 1 to 3 load their operands for every FMA; register blocking starts at step 4
 
 
-def worklog(run: Recording) -> tuple[list[dict], dict]:
+def worklog_rows(run: Recording) -> tuple[list[dict], dict]:
     """The worklog's rows of ``run``, step 1 first, and cuBLAS's (KeyError naming what failed or is missing)."""
     found = counter_figures.kernels(run, CHAPTER)
     missing = [k for k in (*STEPS, CUBLAS) if k not in found]
@@ -50,7 +50,7 @@ def counter_statements(runs: Sequence[Recording]) -> list[str]:
     said = []
     for run in runs:
         try:
-            steps, cublas = worklog(run)
+            steps, cublas = worklog_rows(run)
             roof = float32_roof(run)
         except KeyError as error:
             said.append(f"{run.label}: {error.args[0]}.")
