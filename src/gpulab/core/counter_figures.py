@@ -148,7 +148,7 @@ def missing_note(runs: Sequence[Recording], root: Path | None = None) -> str:
 def _hover(row: dict, point: dict, roof: Roofline | None) -> str:
     share = share_of_roof(row, roof)
     lines = [f"<b>{row['label']}</b> ({CHAPTERS.get(row['chapter'], row['chapter'])})",
-             f"{row['dtype']}, {row['size_means'].split(':')[0]} = {row['size']:,}",
+             f"{row['dtype']}, {row['size_means'].split(':')[0].replace('_', ' ')} = {row['size']:,}",
              plots.field_text("seconds", row["seconds"]),
              f"rate = {point['flops_per_s'] / 1e12:,.2f} TFLOP/s" + (f" ({share:.0%} of the roof)" if share else ""),
              f"intensity = {point['intensity']:,.1f} FLOP/DRAM byte"
