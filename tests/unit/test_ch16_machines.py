@@ -30,6 +30,8 @@ def test_speedup_is_p_times_the_efficiency_and_the_figure_has_a_menu_per_configu
     assert len(fig.layout.updatemenus[0].buttons) == len(configs) == 4
     assert len(fig.data) == len(configs) * (len(machines.LABELS) + 1)  # a line per method and the ideal
     assert [t.x for t in fig.data if t.visible][0][0] == 1  # every line starts at one GPU, speed-up 1
+    shown = fig.layout.updatemenus[0].active  # the case the sentences under the figure describe
+    assert fig.layout.updatemenus[0].buttons[shown].label == "float32, batch 4,096"
 
 
 def test_memory_rows_share_the_state_as_one_over_p():

@@ -45,6 +45,7 @@ def speedup_figure(runs: Sequence[Recording]) -> go.Figure:
     def figure(run: Recording) -> go.Figure:
         fig, buttons, visible = go.Figure(), [], []
         configs = configurations(run)
+        shown = configs.index(max(configs, key=lambda c: (c[0] == "float32", c[1])))  # as the sentences below
         for k, (precision, batch) in enumerate(configs):
             rows = [r for r in ok_rows(run.rows) if (r["precision"], r["batch_per_device"]) == (precision, batch)]
             counts = sorted({r["devices"] for r in rows})
@@ -52,14 +53,14 @@ def speedup_figure(runs: Sequence[Recording]) -> go.Figure:
                 mine = sorted((r for r in rows if r["strategy"] == strategy), key=lambda r: r["devices"])
                 fig.add_trace(go.Scatter(
                     x=[1, *[r["devices"] for r in mine]], y=[1.0, *[speedup(r) for r in mine]], mode="lines+markers",
-                    name=LABELS[strategy], visible=k == 0, line=dict(color=plots.PALETTE[i % len(plots.PALETTE)]),
+                    name=LABELS[strategy], visible=k == shown, line=dict(color=plots.PALETTE[i % len(plots.PALETTE)]),
                     marker=dict(symbol=plots.SYMBOLS[i % len(plots.SYMBOLS)]),
                     hovertext=["one GPU alone"] + [f"{r['devices']} GPUs: {r['seconds'] * 1e3:.2f} ms a step "
                                                    f"({_batch_text(strategy, batch)}), efficiency "
                                                    f"{r['efficiency']:.0%}" for r in mine], hoverinfo="text+name"))
                 visible.append(k)
             fig.add_trace(go.Scatter(x=[1, *counts], y=[1, *counts], mode="lines", name="ideal (p times)",
-                                     visible=k == 0, line=dict(color="grey", dash="dot")))
+                                     visible=k == shown, line=dict(color="grey", dash="dot")))
             visible.append(k)
         for k, (precision, batch) in enumerate(configs):
             buttons.append(dict(label=f"{precision}, batch {batch:,}", method="update",
@@ -67,7 +68,7 @@ def speedup_figure(runs: Sequence[Recording]) -> go.Figure:
         fig.update_layout(title=plots.wrapped_title(f"Speed-up over one GPU: {run.label}"),
                           xaxis_title="GPUs", yaxis_title="throughput / one GPU's",
                           updatemenus=[dict(type="dropdown", buttons=buttons, direction="down", showactive=True,
-                                            active=0, x=0, xanchor="left", y=1.0, yanchor="bottom")])
+                                            active=shown, x=0, xanchor="left", y=1.0, yanchor="bottom")])
         return fig.update_xaxes(tickvals=[1, 2, 4, 8])
     return plots.by_gpu(runs, figure)
 
@@ -213,7 +214,7 @@ def pipeline_bubble_lines(stages: Sequence[int], micro_batches: Sequence[int], r
     """:func:`.parallel_figures.bubble_figure` with a marker colour per number of stages."""
     from gpulab.ch16_distributed_training.parallel_figures import bubble_figure as formula_figure
 
-    fig = formula_figure(stages, micro_batches, title="")
+    fig = formula_figure(stages, micro_batches, title="").update_xaxes(tickvals=list(micro_batches))
     for i, p in enumerate(stages):
         for j, schedule in enumerate(sorted({r["schedule"] for r in rows})):
             mine = sorted((r for r in rows if (r["devices"], r["schedule"]) == (p, schedule)),
