@@ -429,12 +429,12 @@ def test_the_answers_are_computed_with_and_without_recordings(results):
 def test_executed_gmma_from_the_counters_and_its_claim_fails_on_a_wmma_kernel_that_ran_gmma():
     import copy
 
-    from gpulab.ch17_hopper_tensor_cores import claims, sass_evidence
+    from gpulab.ch17_hopper_tensor_cores import claims, figures
     from gpulab.core import recordings
     from gpulab.core.recordings import Recording
 
     run = recordings.recorded("kernel_counters")[0]
-    said = sass_evidence.executed_tensor_instructions([run])
+    said = figures.executed_tensor_instructions([run])
     assert len(said) == 1 and "0 of them GMMA" in said[0] and "FLOP each" in said[0]
     assert claims.EXECUTED_GMMA.test(run).holds
     rows = copy.deepcopy(run.rows)

@@ -18,10 +18,7 @@ NAIVE, TILED, PADDED = "transpose_naive", "transpose_tiled", "transpose_padded"
 
 def transposes(run: Recording) -> tuple[dict, dict, dict]:
     """The naive, tiled and padded transposes' rows of ``run`` (KeyError naming those that failed or are missing)."""
-    found = counter_figures.kernels(run, CHAPTER)
-    missing = [k for k in (NAIVE, TILED, PADDED) if k not in found]
-    if missing:
-        raise KeyError(f"no counters for {', '.join(missing)} on {run.device_name}")
+    found = counter_figures.required(run, CHAPTER, (NAIVE, TILED, PADDED))
     return found[NAIVE], found[TILED], found[PADDED]
 
 

@@ -8,7 +8,7 @@ import statistics
 from gpulab.ch09_gemm_on_the_gpu import counters
 from gpulab.ch09_gemm_on_the_gpu.figures import variant_name
 from gpulab.ch09_gemm_on_the_gpu.gemm import blocks_per_busiest_sm, fit_partial, sm_efficiency
-from gpulab.core import specs
+from gpulab.core import counter_figures, specs
 from gpulab.core.claims import Claim, Verdict, same_gpu, verdict
 from gpulab.core.counter_figures import top_stall
 from gpulab.core.recordings import Recording
@@ -283,7 +283,7 @@ MEMORY_WAITS = ("lg_throttle", "long_scoreboard", "mio_throttle", "short_scorebo
 
 def _first_steps_wait_on_chip(run: Recording) -> Verdict:
     steps, _ = counters.worklog_rows(run)
-    roof = counters.float32_roof(run)
+    roof = counter_figures.roof_with_peaks(run, ["float32"])
     first = steps[:counters.FIRST]
     dram = [r["dram_gbytes_per_s"] * 1e9 / roof.bandwidth for r in first]
     busy = [r["memory_throughput_pct"] for r in first]
@@ -302,7 +302,7 @@ FIRST_STEPS_WAIT_ON_CHIP = Claim(
 
 def _blocked_right_of_ridge(run: Recording) -> Verdict:
     steps, cublas = counters.worklog_rows(run)
-    ridge = counters.float32_roof(run).ridge("float32")
+    ridge = counter_figures.roof_with_peaks(run, ["float32"]).ridge("float32")
     later = [*steps[counters.FIRST:], cublas]
     low = min(later, key=lambda r: r["intensity"])
     return verdict(low["intensity"] >= 5 * ridge, f"lowest: {low['label']} at {low['intensity']:.0f} FLOP per DRAM "

@@ -12,7 +12,6 @@ from gpulab.ch09_gemm_on_the_gpu import gemm
 from gpulab.core import counter_figures
 from gpulab.core.counter_figures import describe_stall
 from gpulab.core.recordings import Recording
-from gpulab.core.roofline import Roofline
 
 CHAPTER = "09"
 EXPERIMENT = counter_figures.EXPERIMENT
@@ -24,19 +23,8 @@ FIRST = 3  # steps 1 to 3 load their operands for every FMA; register blocking s
 
 def worklog_rows(run: Recording) -> tuple[list[dict], dict]:
     """The worklog's rows of ``run``, step 1 first, and cuBLAS's (KeyError naming what failed or is missing)."""
-    found = counter_figures.kernels(run, CHAPTER)
-    missing = [k for k in (*STEPS, CUBLAS) if k not in found]
-    if missing:
-        raise KeyError(f"no counters for {', '.join(missing)} on {run.device_name}")
+    found = counter_figures.required(run, CHAPTER, (*STEPS, CUBLAS))
     return [found[k] for k in STEPS], found[CUBLAS]
-
-
-def float32_roof(run: Recording) -> Roofline:
-    """``run``'s GPU's roofline, with a float32 peak (KeyError without one)."""
-    roof, _ = counter_figures.roofline_of(run)
-    if roof is None or "float32" not in roof.peaks:
-        raise KeyError(f"no float32 roof for {run.device_name}")
-    return roof
 
 
 def _span(values: Sequence[float], form: str, unit: str = "") -> str:
@@ -51,14 +39,14 @@ def counter_statements(runs: Sequence[Recording]) -> list[str]:
     for run in runs:
         try:
             steps, cublas = worklog_rows(run)
-            roof = float32_roof(run)
+            roof = counter_figures.roof_with_peaks(run, ["float32"])
         except KeyError as error:
             said.append(f"{run.label}: {error.args[0]}.")
             continue
         ridge = roof.ridge("float32")
         first, later = steps[:FIRST], steps[FIRST:]
         share = [counter_figures.share_of_roof(r, roof) for r in steps + [cublas]]
-        dram = [r["dram_gbytes_per_s"] * 1e9 / roof.bandwidth for r in first]
+        dram = [counter_figures.dram_share(r, roof) for r in first]
         right = [r["intensity"] / ridge for r in [*later, cublas]]
         stalls = "; ".join(f"step {i} {describe_stall(r)}" for i, r in enumerate(first, 1))
         said.append(

@@ -4,6 +4,7 @@ recorded GPU (:mod:`gpulab.core.claims`)."""
 from __future__ import annotations
 
 from gpulab.ch10_tensor_cores import counters
+from gpulab.core import counter_figures
 from gpulab.core.claims import Claim, Verdict, verdict
 from gpulab.core.counter_figures import top_stall
 from gpulab.core.recordings import Recording
@@ -231,8 +232,8 @@ NAIVE_WMMA_WAITS_FOR_LOADS = Claim(
 def _pipelined_limit_on_chip(run: Recording) -> Verdict:
     found = counters.tensor_kernels(run)
     pipelined = found[counters.PIPELINED]
-    roof = counters.roof_with_peaks(run, [pipelined["dtype"]])
-    dram = counters.dram_share(pipelined, roof)
+    roof = counter_figures.roof_with_peaks(run, [pipelined["dtype"]])
+    dram = counter_figures.dram_share(pipelined, roof)
     cublas = [found[k] for k in counters.CUBLAS]
     holds = (pipelined["memory_throughput_pct"] > pipelined["sm_throughput_pct"] and dram < 0.25
              and all(r["sm_throughput_pct"] > r["memory_throughput_pct"] for r in cublas))

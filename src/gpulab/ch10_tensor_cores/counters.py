@@ -25,25 +25,7 @@ TAGS = {NAIVE: "WMMA naive", PIPELINED: "WMMA pipelined", "cublas_tf32": "cuBLAS
 def tensor_kernels(run: Recording) -> dict[str, dict]:
     """The rows of the two WMMA kernels and cuBLAS's TF32 and bfloat16 GEMMs in ``run``, by kernel (KeyError naming
     what failed or is missing)."""
-    found = counter_figures.kernels(run, CHAPTER)
-    missing = [k for k in (NAIVE, PIPELINED, *CUBLAS) if k not in found]
-    if missing:
-        raise KeyError(f"no counters for {', '.join(missing)} on {run.device_name}")
-    return found
-
-
-def roof_with_peaks(run: Recording, dtypes: Sequence[str]) -> Roofline:
-    """``run``'s GPU's roofline, with a peak for each of ``dtypes`` (KeyError without one)."""
-    roof, _ = counter_figures.roofline_of(run)
-    lacking = [d for d in dtypes if roof is None or d not in roof.peaks]
-    if lacking:
-        raise KeyError(f"no {', '.join(lacking)} roof for {run.device_name}")
-    return roof
-
-
-def dram_share(row: dict, roof: Roofline) -> float:
-    """The kernel's DRAM bytes per second as a share of the roof's bandwidth."""
-    return row["dram_gbytes_per_s"] * 1e9 / roof.bandwidth
+    return counter_figures.required(run, CHAPTER, (NAIVE, PIPELINED, *CUBLAS))
 
 
 def _side(row: dict, roof: Roofline) -> str:
@@ -61,7 +43,7 @@ def counter_statements(runs: Sequence[Recording]) -> list[str]:
     for run in runs:
         try:
             found = tensor_kernels(run)
-            roof = roof_with_peaks(run, sorted({found[k]["dtype"] for k in (NAIVE, PIPELINED, *CUBLAS)}))
+            roof = counter_figures.roof_with_peaks(run, sorted({row["dtype"] for row in found.values()}))
         except KeyError as error:
             said.append(f"{run.label}: {error.args[0]}.")
             continue
@@ -77,7 +59,8 @@ def counter_statements(runs: Sequence[Recording]) -> list[str]:
             f"{describe_stall(naive)}. "
             f"The pipelined kernel moved {pipelined['bytes_ratio']:.2f}x the book's DRAM bytes and sits at "
             f"{pipelined['intensity']:.0f}, {_side(pipelined, roof)}; it reached {share[PIPELINED]:.0%} of that roof "
-            f"with {sm}, while DRAM moved {dram_share(pipelined, roof):.0%} of its bandwidth, and its top stall "
+            f"with {sm}, while DRAM moved {counter_figures.dram_share(pipelined, roof):.0%} of its bandwidth, and its "
+            f"top stall "
             f"was {describe_stall(pipelined)}. cuBLAS reached {share[CUBLAS[0]]:.0%} of the TF32 roof and "
             f"{share[CUBLAS[1]]:.0%} of the bfloat16 one, with its SMs {tf32['sm_throughput_pct']:.0f}% and "
             f"{bf16['sm_throughput_pct']:.0f}% busy.")

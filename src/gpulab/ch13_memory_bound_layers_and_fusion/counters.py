@@ -23,13 +23,8 @@ TAGS = {FUSED: "fused"}  # the text beside its point
 def fused(run: Recording) -> tuple[dict, Roofline]:
     """The fused kernel's row of ``run`` and its GPU's roofline, with a float32 peak (KeyError where either is
     missing)."""
-    row = counter_figures.kernels(run, CHAPTER).get(FUSED)
-    if row is None:
-        raise KeyError(f"no counters for {FUSED} on {run.device_name}")
-    roof, _ = counter_figures.roofline_of(run)
-    if roof is None or row["dtype"] not in roof.peaks:
-        raise KeyError(f"no {row['dtype']} roof for {run.device_name}")
-    return row, roof
+    row = counter_figures.required(run, CHAPTER, (FUSED,))[FUSED]
+    return row, counter_figures.roof_with_peaks(run, [row["dtype"]])
 
 
 def counter_statements(runs: Sequence[Recording]) -> list[str]:

@@ -226,7 +226,7 @@ def _machine(run: Recording) -> str:
 
 
 def _rows_of(run: Recording, **match) -> list[dict]:
-    rows = [r for r in ok_rows(run.rows) if all(r.get(k) == v for k, v in match.items())]
+    rows = machines.rows_where(run, **match)
     if not rows:
         raise KeyError(f"no row with {match}")
     return rows

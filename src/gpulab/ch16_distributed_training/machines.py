@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from gpulab.ch16_distributed_training import figures, pipeline
+from gpulab.ch16_distributed_training.parallel_figures import bubble_figure as formula_figure
 from gpulab.ch16_distributed_training.parallel_figures import timeline_figure
 from gpulab.core import plots, recordings
 from gpulab.core.printing import format_bytes
@@ -93,9 +94,14 @@ def scaling_table(runs: Sequence[Recording]) -> Table:
                 "its backward all-reduce float32)")
 
 
+def rows_where(run: Recording, **match) -> list[dict]:
+    """``run``'s good rows whose fields equal ``match`` (strategy="fsdp", devices=4, ...)."""
+    return [r for r in ok_rows(run.rows) if all(r.get(key) == value for key, value in match.items())]
+
+
 def _row(run: Recording, strategy: str, precision: str, batch: int, devices: int) -> dict | None:
-    return next((r for r in ok_rows(run.rows) if (r["strategy"], r["precision"], r["batch_per_device"],
-                                                   r["devices"]) == (strategy, precision, batch, devices)), None)
+    found = rows_where(run, strategy=strategy, precision=precision, batch_per_device=batch, devices=devices)
+    return found[0] if found else None
 
 
 def scaling_statements(runs: Sequence[Recording]) -> list[str]:
@@ -121,18 +127,21 @@ def scaling_statements(runs: Sequence[Recording]) -> list[str]:
             text += (f" DDP with {batch // most:,} samples per GPU, the same {batch:,} samples a step, took "
                      f"{same['seconds'] * 1e3:.1f} ms.")
         text += (f" FSDP's step never took less than {floor * 1e3:.1f} ms, whatever the batch, precision or number "
-                 f"of GPUs. The most it sends per step, {format_bytes(int(sent))}, would take about "
-                 f"{sent / _bus_rate(run) * 1e3:.1f} ms at the best bus bandwidth this machine's all-reduce reached "
-                 f"(below), and DDP, sending two thirds as much, added at most {ddp_added * 1e3:.1f} ms to its step: "
-                 "the links do not set the floor.")
+                 f"of GPUs.")
+        rate = _bus_rate(run)
+        if rate:
+            text += (f" The most it sends per step, {format_bytes(int(sent))}, would take about "
+                     f"{sent / rate * 1e3:.1f} ms at the best bus bandwidth this machine's all-reduce reached "
+                     f"(below), and DDP, sending two thirds as much, added at most {ddp_added * 1e3:.1f} ms to its "
+                     "step: the links do not set the floor.")
         said.append(text)
     return said
 
 
-def _bus_rate(run: Recording) -> float:
-    """The largest all-reduce bus bandwidth (bytes/s) recorded on ``run``'s machine, or the chapter's NVLink guess."""
+def _bus_rate(run: Recording) -> float | None:
+    """The largest all-reduce bus bandwidth (bytes/s) recorded on ``run``'s machine; None where none was recorded."""
     allreduce = next((r for r in recordings.newest_per_gpu(ALLREDUCE) if r.device_name == run.device_name), None)
-    return max(r["busbw_gbs"] for r in ok_rows(allreduce.rows)) * 1e9 if allreduce else 300e9
+    return max(r["busbw_gbs"] for r in ok_rows(allreduce.rows)) * 1e9 if allreduce else None
 
 
 def memory_rows(run: Recording) -> list[dict]:
@@ -212,8 +221,6 @@ def bubble_figure(runs: Sequence[Recording]) -> go.Figure:
 
 def pipeline_bubble_lines(stages: Sequence[int], micro_batches: Sequence[int], rows: Sequence[dict]) -> go.Figure:
     """:func:`.parallel_figures.bubble_figure` with a marker colour per number of stages."""
-    from gpulab.ch16_distributed_training.parallel_figures import bubble_figure as formula_figure
-
     fig = formula_figure(stages, micro_batches, title="").update_xaxes(tickvals=list(micro_batches))
     for i, p in enumerate(stages):
         for j, schedule in enumerate(sorted({r["schedule"] for r in rows})):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpulab.ch17_hopper_tensor_cores import quantization
 from gpulab.ch17_hopper_tensor_cores.figures import TARGET, TARGET_DTYPE, TARGET_N, step_label
 from gpulab.ch17_hopper_tensor_cores.quantization import config_label, measured_rows
+from gpulab.core import counter_figures
 from gpulab.core.claims import Claim, Verdict, verdict
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
@@ -295,7 +296,7 @@ ERRORS_FLAT = Claim(
 
 
 def _executed_gmma(run: Recording) -> Verdict:
-    rows = {r["kernel"]: r for r in ok_rows(run.rows)}
+    rows = counter_figures.required(run, None, ("wmma_gemm_pipelined", "cublas_bfloat16"))
     wmma, cublas = rows["wmma_gemm_pipelined"], rows["cublas_bfloat16"]
     w, c = wmma["tensor_instructions"], cublas["tensor_instructions"]
     per_w, per_c = wmma["flops"] / w["hmma"], cublas["flops"] / c["hmma"]

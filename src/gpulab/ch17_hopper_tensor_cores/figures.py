@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from gpulab.core import plots
+from gpulab.core import counter_figures, plots
 from gpulab.core.printing import say
 from gpulab.core.recordings import Recording
 from gpulab.core.sweep import ok_rows
@@ -276,3 +276,29 @@ def show_ladder(runs: Sequence[Recording]) -> None:
         ladder_figure(runs).show()
         ladder_table(runs).show()
         say(*ladder_statements(runs))
+
+
+COUNTED_KERNELS = ("wmma_gemm_pipelined", "cublas_bfloat16", "triton_gemm_persistent")  # kernel_counters' names
+
+
+def executed_tensor_instructions(runs: Sequence) -> list[str]:
+    """Per GPU that profiled them (chapter 18's ``kernel_counters``): how many tensor-core instructions chapter 10's
+    WMMA kernel, cuBLAS's bfloat16 kernel and the ladder's persistent kernel executed, how many of them were Hopper's
+    warpgroup instructions (GMMA), and the FLOPs each instruction did. The counts are per warp: a ``wgmma`` that the
+    four warps of a warpgroup issue together counts four times."""
+    said = []
+    for run in runs:
+        rows = {name: row for name, row in counter_figures.kernels(run).items() if name in COUNTED_KERNELS}
+        parts = []
+        for name in COUNTED_KERNELS:
+            row = rows.get(name)
+            if row is None or not row.get("tensor_instructions", {}).get("hmma"):
+                continue
+            counts = row["tensor_instructions"]
+            parts.append(f"{row['label']} (`{row['ncu_kernel'][:48]}`): {counts['hmma']:,.0f} tensor-core "
+                         f"instructions, {counts['gmma'] or 0:,.0f} of them GMMA, "
+                         f"{row['flops'] / counts['hmma']:,.0f} FLOP each")
+        if parts:
+            said.append(f"{run.label}, at n = {next(iter(rows.values()))['size']:,}, as Nsight Compute counted them: "
+                        + "; ".join(parts) + ".")
+    return said

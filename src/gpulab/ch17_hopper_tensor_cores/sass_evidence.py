@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 HOPPER, AMPERE = 90, 80  # compute capabilities 9.0 (H100, H200) and 8.0 (A100), as Triton's targets name them
@@ -157,32 +156,6 @@ def compiled_evidence(timeout_s: float = TIMEOUT_S) -> list[dict]:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise EvidenceUnavailable(f"compiling the kernels for sm_90 failed here ({last})")
     return json.loads(lines[-1])
-
-
-COUNTED_KERNELS = ("wmma_gemm_pipelined", "cublas_bfloat16", "triton_gemm_persistent")  # kernel_counters' names
-
-
-def executed_tensor_instructions(runs: Sequence) -> list[str]:
-    """Per GPU that profiled them (chapter 18's ``kernel_counters``): how many tensor-core instructions chapter 10's
-    WMMA kernel, cuBLAS's bfloat16 kernel and the ladder's persistent kernel executed, how many of them were Hopper's
-    warpgroup instructions (GMMA), and the FLOPs each instruction did. The counts are per warp: a ``wgmma`` that the
-    four warps of a warpgroup issue together counts four times."""
-    said = []
-    for run in runs:
-        rows = {r["kernel"]: r for r in run.rows if r.get("status") == "ok" and r["kernel"] in COUNTED_KERNELS}
-        parts = []
-        for name in COUNTED_KERNELS:
-            row = rows.get(name)
-            if row is None or not row.get("tensor_instructions", {}).get("hmma"):
-                continue
-            counts = row["tensor_instructions"]
-            parts.append(f"{row['label']} (`{row['ncu_kernel'][:48]}`): {counts['hmma']:,.0f} tensor-core "
-                         f"instructions, {counts['gmma'] or 0:,.0f} of them GMMA, "
-                         f"{row['flops'] / counts['hmma']:,.0f} FLOP each")
-        if parts:
-            said.append(f"{run.label}, at n = {next(iter(rows.values()))['size']:,}, as Nsight Compute counted them: "
-                        + "; ".join(parts) + ".")
-    return said
 
 
 def evidence_or_reason(timeout_s: float = TIMEOUT_S) -> tuple[list[dict], str | None]:

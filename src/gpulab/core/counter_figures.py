@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from gpulab.core import claims, counters, plots, recordings, specs
 from gpulab.core.recordings import Recording
 from gpulab.core.roofline import Roofline
+from gpulab.core.sweep import ok_rows
 from gpulab.core.tables import MISSING, Column, Table, table
 
 EXPERIMENT = "kernel_counters"
@@ -39,14 +40,34 @@ def _rows(run: Recording, chapter: str | None) -> list[dict]:
     return [r for r in run.rows if chapter is None or r.get("chapter") == chapter]
 
 
-def _ok(rows: Sequence[dict]) -> list[dict]:
-    return [r for r in rows if r.get("status") == "ok"]
-
-
 def kernels(run: Recording, chapter: str | None = None) -> dict[str, dict]:
     """The kernels that ``run`` profiled (of ``chapter``, or all), by name ('sgemm_naive'): a failed one is left out."""
     _check_chapter(chapter)
-    return {r["kernel"]: r for r in _ok(_rows(run, chapter))}
+    return {r["kernel"]: r for r in ok_rows(_rows(run, chapter))}
+
+
+def required(run: Recording, chapter: str | None, names: Sequence[str]) -> dict[str, dict]:
+    """The rows of the kernels ``names`` in ``run`` (of ``chapter``), by name; KeyError naming those that failed or
+    are missing, for a page to print as one sentence."""
+    found = kernels(run, chapter)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise KeyError(f"no counters for {', '.join(missing)} on {run.device_name}")
+    return {name: found[name] for name in names}
+
+
+def roof_with_peaks(run: Recording, dtypes: Sequence[str]) -> Roofline:
+    """``run``'s GPU's roofline (:func:`roofline_of`), with a peak for each of ``dtypes`` (KeyError without one)."""
+    roof, _ = roofline_of(run)
+    lacking = [d for d in dtypes if roof is None or d not in roof.peaks]
+    if lacking:
+        raise KeyError(f"no {', '.join(lacking)} roof for {run.device_name}")
+    return roof
+
+
+def dram_share(row: dict, roof: Roofline) -> float:
+    """The kernel's DRAM bytes per second as a share of the roof's bandwidth."""
+    return row["dram_gbytes_per_s"] * 1e9 / roof.bandwidth
 
 
 def roofline_of(run: Recording) -> tuple[Roofline | None, str]:
@@ -169,7 +190,7 @@ def _note(fig: go.Figure, text: str) -> None:
 
 def _figure(run: Recording, chapter: str | None, tags: Mapping[str, str]) -> go.Figure:
     roof, source = roofline_of(run)
-    rows = _ok(_rows(run, chapter))
+    rows = ok_rows(_rows(run, chapter))
     drawn = [r for r in rows if r["flops"] > 0 and r["dram_bytes"] > 0]
     dtypes = [d for d in ROOF_DTYPES if roof and d in roof.peaks and any(r["dtype"] == d for r in drawn)]
     title = _title("The book's kernels under the roofline", run, chapter)
@@ -221,7 +242,7 @@ def counter_roofline(runs: Sequence[Recording], chapter: str | None = None,
 def _bandwidth_figure(run: Recording, chapter: str | None) -> go.Figure:
     roof, source = roofline_of(run)
     rows = [{"label": r["label"], "dram": r["dram_gbytes_per_s"], "l2": (r.get("l2_bytes") or 0) / r["seconds"] / 1e9
-             or None, "share": share_of_roof(r, roof), "stalls": stalls_text(r)} for r in _ok(_rows(run, chapter))]
+             or None, "share": share_of_roof(r, roof), "stalls": stalls_text(r)} for r in ok_rows(_rows(run, chapter))]
     fig = plots.bars_figure(rows, "label", {"DRAM": "dram", "L2 (to and from the SMs)": "l2"},
                             title=_title("Bytes per second, counted by the hardware", run, chapter),
                             y_title="bandwidth (GB/s)", x_title="kernel")
