@@ -61,6 +61,15 @@ def test_the_command_profiles_one_launch_of_the_named_kernel():
     assert command[-3:] == ["python3", "-m", "gpulab.kernels.sgemm"]
 
 
+def test_the_command_for_a_session_profiles_every_launch_between_start_and_stop():
+    command = counters.ncu_command(["bench.py"], "sgemm|gemm", launch_count=None, profile_from_start=False)
+    assert command[:4] == ["ncu", "--csv", "--profile-from-start", "off"]
+    assert "--launch-skip" not in command and "--launch-count" not in command
+    skipped = counters.ncu_command(["bench.py"], "k", launch_skip=2, launch_count=None)
+    assert skipped[skipped.index("--launch-skip") + 1] == "2" and "--launch-count" not in skipped
+    assert "--profile-from-start" not in skipped
+
+
 def test_the_command_without_a_file_writes_to_stdout_and_takes_chosen_metrics():
     command = counters.ncu_command(["bench.py"], "transpose", metrics=["gpu__time_duration.sum"])
     assert "--log-file" not in command
@@ -77,6 +86,7 @@ def test_the_command_without_a_file_writes_to_stdout_and_takes_chosen_metrics():
     (dict(python_args=["bench.py"], kernel_regex="k", launch_skip=-1), "^launch_skip:"),
     (dict(python_args=["bench.py"], kernel_regex="k", launch_count=0), "^launch_count:"),
     (dict(python_args=["bench.py"], kernel_regex="k", launch_count=True), "^launch_count:"),
+    (dict(python_args=["bench.py"], kernel_regex="k", profile_from_start="off"), "^profile_from_start:"),
 ])
 def test_the_command_rejects_bad_arguments_naming_them(arguments, message):
     with pytest.raises(ValueError, match=message):

@@ -62,16 +62,22 @@ def report(name: str, error: float = 1e-6) -> str:
                                                          "relative_error": error}) + "\n"
 
 
-class FakeNcu:
-    """Stands in for :func:`profiled.execute`: per kernel, the log ncu writes and how the run ends."""
+CRASHED = (None, profiled.Finished(-11, "", "Segmentation fault"))  # a session that died before any kernel
 
-    def __init__(self, runs: dict[str, tuple[str | None, profiled.Finished]]):
-        self.runs, self.commands = runs, []
+
+class FakeNcu:
+    """Stands in for :func:`profiled.execute`: per kernel, the log ncu writes and how the run ends; ``session``: the
+    same for the session's run (by default one that crashed at once, so that every kernel runs in its own)."""
+
+    def __init__(self, runs: dict[str, tuple[str | None, profiled.Finished]],
+                 session: tuple[str | None, profiled.Finished] = CRASHED):
+        self.runs, self.session, self.commands, self.timeouts = runs, session, [], []
 
     def __call__(self, command, timeout_s):
         self.commands.append(list(command))
+        self.timeouts.append(timeout_s)
         kernel = command[command.index("-m") + 2]
-        log, finished = self.runs[kernel]
+        log, finished = self.session if kernel == "--session" else self.runs[kernel]
         if log is not None:
             Path(command[command.index("--log-file") + 1]).write_text(log)
         return finished
@@ -84,10 +90,10 @@ def gpu_and_ncu(monkeypatch):
     monkeypatch.setattr(profiled, "find_ncu", lambda: "/opt/ncu")
 
 
-def fake_profile(monkeypatch, runs: dict, **params) -> tuple[list[dict], FakeNcu]:
-    fake = FakeNcu(runs)
+def fake_profile(monkeypatch, runs: dict, session=CRASHED, kernels=None, **params) -> tuple[list[dict], FakeNcu]:
+    fake = FakeNcu(runs, session)
     monkeypatch.setattr(profiled, "execute", fake)
-    return profiled.profile_kernels(list(runs), **params), fake
+    return profiled.profile_kernels(list(kernels or runs), **params), fake
 
 
 # ---- the driver ------------------------------------------------------------------------------------------------
@@ -266,11 +272,14 @@ def test_rows_from_real_ncu_output_compare_with_the_books_counts(monkeypatch, gp
     rows, fake = fake_profile(monkeypatch, {
         "cublas_float32": (real_launch("3"), profiled.Finished(0, report("cublas_float32", 2e-7), "")),
         "cublas_tf32": (real_launch("7"), profiled.Finished(0, report("cublas_tf32", 3e-4), ""))})
-    assert [c[c.index("--launch-skip") + 1] for c in fake.commands] == [str(driver.WARMUP)] * 2
-    assert fake.commands[1][fake.commands[1].index("-m"):] == ["-m", driver.MODULE, "cublas_tf32", "--size", "4096",
-                                                              "--warmup", str(driver.WARMUP)]
+    own = fake.commands[1:]  # after the session, which crashed
+    assert "--session" in fake.commands[0]
+    assert [c[c.index("--launch-skip") + 1] for c in own] == [str(driver.WARMUP)] * 2
+    assert own[1][own[1].index("-m"):] == ["-m", driver.MODULE, "cublas_tf32", "--size", "4096",
+                                           "--warmup", str(driver.WARMUP)]
     fp32, tf32 = rows
     assert fp32["status"] == tf32["status"] == "ok"
+    assert fp32["profiled_in"] == tf32["profiled_in"] == "own process" and fp32["session_seconds"] >= 0
     assert fp32["ncu_kernel"].startswith("sm80_xmma_gemm_f32f32") and tf32["ncu_kernel"].startswith("sm90_xmma")
     assert fp32["size"] == 4096 and fp32["chapter"] == "09" and tf32["chapter"] == "10"
     # FFMA x 2 and TF32 tensor operations both count 2 M N K (plus a few epilogue FLOPs)

@@ -15,7 +15,16 @@ teach them, never copied):
    worth nothing.
 
 The checks run after the profiled launch, so that the launches they make (a float64 GEMM also matches cuBLAS's
-regex) cannot shift which launch ncu picks. Each kernel also gives the book's own count of its FLOPs and DRAM bytes
+regex) cannot shift which launch ncu picks.
+
+Session mode, ``python -m gpulab.ch18_flash_attention_and_counters.driver --session KERNEL [KERNEL ...]
+[--sizes name=n,...] [--warmup W]``, runs several kernels in one process, for ncu's ``--profile-from-start off``
+(:func:`run_session`): each kernel's profiled launch, and nothing else, is bracketed by
+``torch.cuda.profiler.start()`` and ``stop()``, so ncu needs no ``--launch-skip``; each kernel prints its own
+:data:`MARKER` line, with its relative error or, if its preparation, launch or check raised, the error in one line
+and the stage it reached (``prepare``, ``warmup``, ``launch`` or ``check``); the next kernel runs anyway.
+
+Each kernel also gives the book's own count of its FLOPs and DRAM bytes
 (:attr:`Kernel.cost`, from :mod:`gpulab.core.flops` or the chapter's counting function), which
 :func:`.profiled.profile_kernels` sets against the counters.
 """
@@ -23,6 +32,7 @@ regex) cannot shift which launch ncu picks. Each kernel also gives the book's ow
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -287,8 +297,104 @@ def _whole(text: str, name: str) -> int:
         raise ValueError(f"{name}: a whole number, got {text!r}") from None
 
 
+def parse_sizes(text: str, names: Sequence[str]) -> dict[str, int]:
+    """``{kernel: size}`` from ``'name=n,name=n'`` ('' for none), each name one of ``names``; ValueError naming
+    ``sizes`` otherwise."""
+    sizes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise ValueError(f"sizes: name=size pairs separated by commas, got {item!r}")
+        name = name.strip()
+        if name not in names:
+            raise ValueError(f"sizes: {name!r} is not among the session's kernels ({', '.join(names)})")
+        if name in sizes:
+            raise ValueError(f"sizes: {name!r} given twice")
+        sizes[name] = positive_int(f"sizes[{name!r}]", _whole(value.strip(), f"sizes[{name!r}]"))
+    return sizes
+
+
+def parse_session_arguments(argv: Sequence[str] | None = None) -> tuple[list[str], dict[str, int], int]:
+    """``(kernels, sizes, warmup)`` of session mode from the command line, each checked (ValueError naming the bad
+    one): the kernels known and each once, ``--sizes name=n,...`` for some of them."""
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE} --session",
+                                     description="Launch several of the book's kernels for one Nsight Compute run.")
+    parser.add_argument("--session", nargs="+", required=True, metavar="KERNEL", help=f"of {', '.join(NAMES)}")
+    parser.add_argument("--sizes", default="", help="name=size,... for the kernels not at their default size")
+    parser.add_argument("--warmup", default=str(WARMUP), help="launches before each profiled one")
+    args = parser.parse_args(argv)
+    names = [kernel(name).name for name in args.session]
+    if len(set(names)) != len(names):
+        raise ValueError(f"session: each kernel once, got {names}")
+    return names, parse_sizes(args.sizes, names), check_warmup(_whole(args.warmup, "warmup"))
+
+
+def _one_line(error: BaseException) -> str:
+    """``Type: first line of the message``, as a report's 'error'."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _session_kernel(spec: Kernel, size: int, warmup: int, device: torch.device) -> dict:
+    """One kernel of a session: prepare, warm up, the profiled launch between the profiler's start and stop, check.
+    Returns its report, with 'error' and 'stage' instead of 'relative_error' if a step raised."""
+    stage, prepared = "prepare", None
+    try:
+        prepared = spec.prepare(size, device)
+        stage = "warmup"
+        for _ in range(warmup):
+            prepared.launch()
+        torch.cuda.synchronize(device)
+        stage = "launch"
+        torch.cuda.profiler.start()  # ncu --profile-from-start off profiles from here ...
+        try:
+            prepared.launch()
+            torch.cuda.synchronize(device)
+        finally:
+            torch.cuda.profiler.stop()  # ... to here: this launch and nothing else of this kernel
+        stage = "check"
+        return {"kernel": spec.name, "size": size, "warmup": warmup, "relative_error": prepared.check()}
+    except Exception as error:  # any kernel's failure is reported, and the session goes on
+        return {"kernel": spec.name, "size": size, "warmup": warmup, "stage": stage, "error": _one_line(error)}
+    finally:
+        del prepared  # its tensors, before the next kernel allocates its own
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def run_session(names: Sequence[str], sizes: dict[str, int] | None = None, warmup: int = WARMUP) -> list[dict]:
+    """Run each of ``names`` in order as :func:`_session_kernel` does, printing each report's :data:`MARKER` line as
+    it comes (a crash later leaves the earlier ones). GPU only. Returns the reports."""
+    specs = [kernel(name) for name in names]
+    sizes = sizes or {}
+    warmup = check_warmup(warmup)
+    kernel_mode.require_gpu("driver --session")
+    device = env.device()
+    reports = []
+    for spec in specs:
+        size = positive_int("size", sizes.get(spec.name, spec.size))
+        reports.append(_session_kernel(spec, size, warmup, device))
+        print(MARKER + json.dumps(reports[-1]), flush=True)
+    return reports
+
+
+def _session_main(argv: Sequence[str]) -> int:
+    try:
+        names, sizes, warmup = parse_session_arguments(argv)
+        kernel_mode.require_gpu("driver --session")
+    except ValueError as error:
+        print(f"driver: {error}", file=sys.stderr)
+        return 2
+    reports = run_session(names, sizes, warmup)
+    return 0 if all("relative_error" in r for r in reports) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The entry point: run the kernel, print the :data:`MARKER` line; a bad argument exits with status 2."""
+    """The entry point: run the kernel, print the :data:`MARKER` line; a bad argument exits with status 2. With
+    ``--session``, run several kernels (:func:`run_session`); status 1 if any of them failed."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(word == "--session" or word.startswith("--session=") for word in argv):
+        return _session_main(argv)
     try:
         name, size, warmup = parse_arguments(argv)
     except ValueError as error:

@@ -1,9 +1,14 @@
-"""The book's own kernels as Nsight Compute sees them: one ncu run per kernel, its counters, and the book's counts.
+"""The book's own kernels as Nsight Compute sees them: their counters in one ncu run, and the book's counts.
 
-:func:`profile_kernels` (GPU and ncu only) runs, for each kernel of :data:`KERNELS`, the command
-:func:`gpulab.core.counters.ncu_command` builds around :mod:`.driver` (:data:`NCU_COMMAND_EXAMPLE` is one), in a
-subprocess of its own: ncu skips the driver's warm-up launches, profiles the next one, and writes its ``--csv``
-page to a file, which :func:`gpulab.core.counters.parse_csv` reads. A row per kernel gives
+:func:`profile_kernels` (GPU and ncu only) runs every kernel asked for in one ncu session
+(:data:`SESSION_COMMAND_EXAMPLE`): ncu's ``--profile-from-start off`` profiles only what the driver's session mode
+launches between ``cudaProfilerStart`` and ``cudaProfilerStop``, that is each kernel's one profiled launch after
+its warm-up, and writes its ``--csv`` page to a file, which :func:`gpulab.core.counters.parse_csv` reads: one
+launch per kernel the driver checked, in the order it ran them (:func:`assign`). A kernel the session gives no
+certain row for (its check failed, the session crashed or ran out of time before it, ncu profiled more or fewer
+launches than the driver made, a launch's name does not match its kernel's regex) is profiled again in a process
+of its own, as the book shows a reader profiling one kernel (:data:`NCU_COMMAND_EXAMPLE`: ncu skips the driver's
+warm-up launches and profiles the next one). A row per kernel gives
 
 - what the counters measured: time, FLOPs by precision (CUDA-core instructions and tensor-core operations), DRAM
   and L2 bytes, SM and memory throughput as a share of their peaks, the warp stall reasons and the top three;
@@ -12,7 +17,10 @@ page to a file, which :func:`gpulab.core.counters.parse_csv` reads. A row per ke
 - the book's own count at the same size (:attr:`.driver.Kernel.cost`) and the ratios counter / book
   (:func:`gpulab.core.counters.compare_counts`, within 10% or not); a kernel with no arithmetic (a transpose) is
   compared on its bytes only;
-- the driver's check of the profiled launch (its relative error against float64) and how long ncu took.
+- the driver's check of the profiled launch (its relative error against float64) and how long ncu took:
+  ``profiled_in`` ('session' or 'own process'), ``profile_seconds`` (a process's wall time; in the session its
+  wall time shared equally among the kernels it gave rows for, not a measurement of each) and ``session_seconds``
+  (the session's wall time, the same in every row).
 
 A kernel that fails (ncu's error, the driver's failed check, no launch matched, a required metric missing, a time
 limit) becomes a row whose ``status`` starts with 'failed:' and gives the first line of the error; the others go on.
@@ -26,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,12 +54,16 @@ from gpulab.core.validation import positive_int
 
 KERNELS = driver.NAMES  # every kernel the driver knows, in the book's order
 TIMEOUT_S = 300.0  # one kernel's ncu run, start to end
+SESSION_EXTRA_S = 60.0  # the session's limit: this plus TIMEOUT_S per kernel (no kernel gets less time than alone)
 NCU_ENV = "GPULAB_NCU"  # the ncu executable to use, when it is not the one on the PATH
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")  # where CUDA installs put it
 DRIVER_CODE = (driver.main,)  # the code the subprocess runs, for the recording's fingerprint (runs= below)
 EXAMPLE_KERNEL = "sgemm_shared"  # the kernel of NCU_COMMAND_EXAMPLE
-_NCU_OPTIONS_WITH_VALUE = ("--metrics", "--kernel-name", "--launch-skip", "--launch-count", "--log-file")
-
+SESSION_CSV = "kernels.csv"  # the session's CSV file, in SESSION_COMMAND_EXAMPLE
+_NCU_OPTIONS_WITH_VALUE = ("--metrics", "--kernel-name", "--launch-skip", "--launch-count", "--log-file",
+                           "--profile-from-start")
+_STAGES_WITHOUT_LAUNCH = ("prepare", "warmup")  # a session kernel that failed there made no profiled launch
+_WIDTH = 100  # command_text's lines
 
 def command_text(command: Sequence[str]) -> str:
     """An ncu command line as a reader types it: shell-quoted, each ncu option with a value on a line of its own,
@@ -64,7 +77,13 @@ def command_text(command: Sequence[str]) -> str:
         else:
             lines[-1].append(words[i])
             i += 1
-    lines.append(words[i:])
+    program: list[str] = []
+    for word in words[i:]:  # the program's line, wrapped where it is long (a session names many kernels)
+        if program and len(" ".join([*program, word])) > _WIDTH:
+            lines.append(program)
+            program = []
+        program.append(word)
+    lines.append(program)
     return " \\\n    ".join(" ".join(line) for line in lines if line)
 
 
@@ -85,6 +104,30 @@ def profile_command(name: str, size: int | None = None, warmup: int = driver.WAR
 
 NCU_COMMAND_EXAMPLE = command_text(profile_command(EXAMPLE_KERNEL, 4096, output_csv=f"{EXAMPLE_KERNEL}.csv",
                                                    python="python"))
+
+
+def session_regex(names: Sequence[str]) -> str:
+    """The union of the kernels' :attr:`.driver.Kernel.regex` (each once, in order): ncu's ``--kernel-name`` in a
+    session, so that a launch of no kernel asked for (a library's helper inside a bracket) is not profiled."""
+    return "|".join(dict.fromkeys(driver.kernel(name).regex for name in names))
+
+
+def session_arguments(names: Sequence[str], sizes: Mapping[str, int] | None = None,
+                      warmup: int = driver.WARMUP) -> list[str]:
+    """What follows ``python`` in the session's command: the driver's session mode and its arguments."""
+    sizes = sizes or {}
+    given = ",".join(f"{name}={sizes[name]}" for name in names if name in sizes)
+    return ["-m", driver.MODULE, "--session", *names, *(["--sizes", given] if given else []), "--warmup", str(warmup)]
+
+
+def session_command(names: Sequence[str], sizes: Mapping[str, int] | None = None, warmup: int = driver.WARMUP,
+                    output_csv: str | Path | None = None, *, python: str = sys.executable,
+                    ncu: str = "ncu") -> list[str]:
+    """The ncu command line that profiles each of ``names``' bracketed launch in one run of the driver's session
+    mode: ``--profile-from-start off``, no ``--launch-skip`` nor ``--launch-count``."""
+    names = check_kernels(names)
+    return counters.ncu_command(session_arguments(names, sizes, warmup), session_regex(names), launch_count=None,
+                                output_csv=output_csv, python=python, ncu=ncu, profile_from_start=False)
 
 
 def find_ncu() -> str:
@@ -120,6 +163,9 @@ def check_sizes(sizes: object, kernels: Sequence[str]) -> dict[str, int]:
     if stray:
         raise ValueError(f"sizes: {stray} are not among the kernels profiled ({', '.join(kernels)})")
     return {k: positive_int(f"sizes[{k!r}]", v) for k, v in sizes.items()}
+
+
+SESSION_COMMAND_EXAMPLE = command_text(session_command(KERNELS, output_csv=SESSION_CSV, python="python"))
 
 
 @dataclass(frozen=True)
@@ -175,6 +221,19 @@ def error_line(finished: Finished, log_text: str | None = None) -> str:
     return stderr[0] if stderr else f"exit status {finished.returncode}"
 
 
+def _reports(stdout: str) -> list[dict | None]:
+    """Every :data:`.driver.MARKER` line of ``stdout`` in order, parsed (None for one that is not a JSON object)."""
+    found: list[dict | None] = []
+    for line in stdout.splitlines():
+        if line.startswith(driver.MARKER):
+            try:
+                report = json.loads(line[len(driver.MARKER):])
+            except ValueError:
+                report = None
+            found.append(report if isinstance(report, dict) else None)
+    return found
+
+
 def _report(stdout: str) -> dict | None:
     """The driver's report (the line after :data:`.driver.MARKER`), or None (also for a line that is not JSON)."""
     for line in stdout.splitlines():
@@ -215,8 +274,7 @@ def kernel_row(name: str, size: int, warmup: int, finished: Finished, log_text: 
     """The row of kernel ``name`` from its ncu run (``log_text``: the file ncu wrote, None if it wrote none): the
     counters, the roofline point, the book's counts, or a status 'failed: ...' with the first line of the error."""
     spec = driver.kernel(name)
-    row = {"kernel": spec.name, "label": spec.label, "chapter": spec.chapter, "dtype": spec.dtype, "size": size,
-           "size_means": spec.size_means, "warmup": warmup, "profile_seconds": seconds}
+    row = _row_start(spec, size, warmup, seconds, "own process")
     failure = _failure(finished, log_text, spec.regex, warmup, seconds)
     if failure is not None:
         return {**row, "status": f"failed: {failure}"}
@@ -225,6 +283,76 @@ def kernel_row(name: str, size: int, warmup: int, finished: Finished, log_text: 
                 "relative_error": _report(finished.stdout)["relative_error"], "status": "ok"}
     except ValueError as error:  # malformed CSV, a required metric missing, a launch of no time
         return {**row, "status": f"failed: {error}"}
+
+
+def _row_start(spec: driver.Kernel, size: int, warmup: int, seconds: float, profiled_in: str) -> dict:
+    return {"kernel": spec.name, "label": spec.label, "chapter": spec.chapter, "dtype": spec.dtype, "size": size,
+            "size_means": spec.size_means, "warmup": warmup, "profile_seconds": seconds, "profiled_in": profiled_in}
+
+
+def session_row(name: str, size: int, warmup: int, report: dict, launch: dict, seconds: float) -> dict:
+    """The row of kernel ``name`` from its launch in the session (``launch``: a row of
+    :func:`gpulab.core.counters.parse_csv`; ``report``: the driver's, with the relative error of its check)."""
+    spec = driver.kernel(name)
+    row = _row_start(spec, size, warmup, seconds, "session")
+    try:
+        return {**row, **_measured(launch, spec.cost(size)), "relative_error": report["relative_error"],
+                "status": "ok"}
+    except ValueError as error:  # a launch of no time
+        return {**row, "status": f"failed: {error}"}
+
+
+def _fits(report: dict | None, name: str, size: int, warmup: int) -> bool:
+    """Whether ``report`` is the driver's session report of kernel ``name`` at ``size`` and ``warmup``."""
+    if not isinstance(report, dict) or (report.get("kernel"), report.get("size"), report.get("warmup")) != (
+            name, size, warmup):
+        return False
+    error = report.get("relative_error")
+    if isinstance(error, int | float) and not isinstance(error, bool):
+        return True
+    return isinstance(report.get("error"), str) and report.get("stage") in ("prepare", "warmup", "launch", "check")
+
+
+def assign(names: Sequence[str], sizes: Mapping[str, int], warmup: int, reports: Sequence[dict | None],
+           launches: Sequence[dict]) -> dict[str, tuple[dict, dict]]:
+    """``{kernel: (report, launch)}`` for the kernels whose launch in the session is certain; the others are left
+    out (and profiled again in a process of their own).
+
+    ``names``: the kernels in the order the session ran them, ``sizes`` every one's size; ``reports``: the driver's
+    :data:`.driver.MARKER` lines in order (fewer than ``names`` when the session crashed or ran out of time part-way);
+    ``launches``: :func:`gpulab.core.counters.parse_csv`'s rows, in the order ncu profiled them. Each report accounts
+    for a number of launches: one for a checked kernel and one whose check failed (the launch was made; it gets no
+    row), none for one that failed before its bracket (``prepare``, ``warmup``), and an unknown 0 or 1 for one that
+    failed inside it (``launch``) and for the kernel the session died in. At most one count may be unknown; the
+    launches must add up exactly, and each must match its own kernel's regex (``re.search`` on ncu's name, as ncu
+    applies ``regex:``). Anything else (a report out of order or malformed, a count that does not add up, a name
+    that does not match) leaves every kernel out: rows are never guessed.
+    """
+    counts: list[int | None] = []
+    for i, report in enumerate(reports):
+        if i >= len(names) or not _fits(report, names[i], sizes[names[i]], warmup):
+            return {}
+        if "relative_error" in report or report["stage"] == "check":
+            counts.append(1)
+        else:
+            counts.append(0 if report["stage"] in _STAGES_WITHOUT_LAUNCH else None)
+    if len(reports) < len(names):
+        counts.append(None)  # the kernel the session was running when it died: its launch made or not
+    unknown = [i for i, count in enumerate(counts) if count is None]
+    spare = len(launches) - sum(count for count in counts if count is not None)
+    if len(unknown) > 1 or spare not in ((0, 1) if unknown else (0,)):
+        return {}
+    if unknown:
+        counts[unknown[0]] = spare
+    certain, cursor = {}, 0
+    for i, count in enumerate(counts):
+        taken = launches[cursor:cursor + count]
+        cursor += count
+        if not all(re.search(driver.kernel(names[i]).regex, str(launch.get("kernel", ""))) for launch in taken):
+            return {}
+        if i < len(reports) and "relative_error" in reports[i]:
+            certain[names[i]] = (reports[i], taken[0])
+    return certain
 
 
 def _measured(launch: dict, cost: flops.Cost) -> dict:
@@ -254,14 +382,56 @@ def profile_one(name: str, size: int | None, warmup: int, ncu: str, folder: Path
     return kernel_row(spec.name, size, warmup, finished, log_text, seconds)
 
 
+def _session_failure(finished: Finished, log_text: str | None, names: Sequence[str],
+                     launches: list | None) -> str | None:
+    """ncu's first error when the driver ran every kernel (a report each) but ncu profiled none of them: ncu cannot
+    profile on this machine (no access to the counters...), and a process per kernel would only say so again."""
+    errors = _messages(log_text, "ERROR") + _messages(finished.stderr, "ERROR") + _messages(finished.stdout, "ERROR")
+    if launches == [] and errors and len(_reports(finished.stdout)) == len(names):
+        return errors[0]
+    return None
+
+
+def profile_session(kernels: Sequence[str], sizes: Mapping[str, int], warmup: int, ncu: str, folder: Path,
+                    timeout_s: float) -> list[dict]:
+    """Profile ``kernels`` in one ncu session (its CSV written in ``folder``), then each kernel the session gives
+    no certain row for (:func:`assign`) in a process of its own (:func:`profile_one`); a row per kernel, in order."""
+    resolved = {name: sizes.get(name, driver.kernel(name).size) for name in kernels}
+    csv_path = folder / SESSION_CSV
+    command = session_command(kernels, sizes, warmup, csv_path, ncu=ncu)
+    start = time.perf_counter()
+    finished = execute(command, SESSION_EXTRA_S + len(kernels) * timeout_s)
+    seconds = time.perf_counter() - start
+    log_text = csv_path.read_text(errors="replace") if csv_path.is_file() else None
+    try:
+        launches = counters.parse_csv(log_text) if log_text and '"ID",' in log_text else []
+    except ValueError:  # a launch lacks a required metric, malformed text: each kernel's own run says which
+        launches = None
+    certain = {} if launches is None else assign(kernels, resolved, warmup, _reports(finished.stdout), launches)
+    failure = _session_failure(finished, log_text, kernels, launches)
+    rows = []
+    for name in kernels:
+        if name in certain:
+            row = session_row(name, resolved[name], warmup, *certain[name], seconds / len(certain))
+        elif failure is not None:
+            row = {**_row_start(driver.kernel(name), resolved[name], warmup, seconds / len(kernels), "session"),
+                   "status": f"failed: {failure}"}
+        else:
+            row = profile_one(name, sizes.get(name), warmup, ncu, folder, timeout_s)
+        rows.append({**row, "session_seconds": seconds})
+    return rows
+
+
 @experiment("kernel_counters", runs=("DRIVER_CODE",))
 def profile_kernels(kernels: Sequence[str] = KERNELS, sizes: Mapping[str, int] | None = None,
                     warmup: int = driver.WARMUP, timeout_s: float = TIMEOUT_S) -> list[dict]:
-    """Profile each of ``kernels`` with Nsight Compute (one ncu run each, :data:`NCU_COMMAND_EXAMPLE`) and return a
-    row per kernel (see the module's docstring). GPU and ncu only.
+    """Profile ``kernels`` with Nsight Compute in one session (:data:`SESSION_COMMAND_EXAMPLE`), each kernel it
+    gives no certain row for in a run of its own (:data:`NCU_COMMAND_EXAMPLE`), and return a row per kernel (see the
+    module's docstring). GPU and ncu only.
 
     ``sizes``: {kernel: size} for the kernels not to run at their default size (:attr:`.driver.Kernel.size_means`
-    says what a size is); ``warmup``: the launches before the profiled one; ``timeout_s``: one kernel's limit.
+    says what a size is); ``warmup``: the launches before the profiled one; ``timeout_s``: one kernel's limit (the
+    session's: :data:`SESSION_EXTRA_S` plus ``timeout_s`` per kernel).
     """
     kernels = check_kernels(kernels)
     sizes = check_sizes(sizes, kernels)
@@ -271,4 +441,4 @@ def profile_kernels(kernels: Sequence[str] = KERNELS, sizes: Mapping[str, int] |
     kernel_mode.require_gpu("profile_kernels")
     ncu = find_ncu()
     with tempfile.TemporaryDirectory(prefix="gpulab_ncu_") as folder:
-        return [profile_one(name, sizes.get(name), warmup, ncu, Path(folder), timeout_s) for name in kernels]
+        return profile_session(kernels, sizes, warmup, ncu, Path(folder), timeout_s)

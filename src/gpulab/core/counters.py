@@ -106,14 +106,19 @@ def _check_count(name: str, value: object, least: int) -> int:
 
 
 def ncu_command(python_args: Sequence[str], kernel_regex: str, metrics: Sequence[str] = METRICS,
-                launch_skip: int = 0, launch_count: int = 1, output_csv: str | Path | None = None,
-                *, python: str = sys.executable, ncu: str = "ncu") -> list[str]:
+                launch_skip: int = 0, launch_count: int | None = 1, output_csv: str | Path | None = None,
+                *, python: str = sys.executable, ncu: str = "ncu", profile_from_start: bool = True) -> list[str]:
     """The command line that profiles launches of the kernels matching ``kernel_regex`` in ``python python_args``.
 
     ncu skips the first ``launch_skip`` matching launches (the warm-up, Triton's autotuning) and profiles the
-    next ``launch_count``. The output is ncu's default ``--csv`` page, "details": one line per (launch, metric),
+    next ``launch_count`` (None: every one after them; then ``--launch-skip 0`` and ``--launch-count`` are left
+    out of the command). The output is ncu's default ``--csv`` page, "details": one line per (launch, metric),
     which :func:`parse_csv` reads. With ``output_csv`` ncu writes it to that file (``--log-file``) instead of
     mixing it with the program's own output on stdout.
+
+    With ``profile_from_start=False`` (``--profile-from-start off``) ncu profiles only the matching launches the
+    program makes between its calls of ``cudaProfilerStart`` and ``cudaProfilerStop``
+    (``torch.cuda.profiler.start()`` and ``stop()``), in as many such ranges as it opens.
     """
     if isinstance(python_args, str) or not isinstance(python_args, Sequence) or not python_args:
         raise ValueError(f"python_args: need a non-empty list of arguments (a script or -m module...), "
@@ -128,9 +133,16 @@ def ncu_command(python_args: Sequence[str], kernel_regex: str, metrics: Sequence
         raise ValueError(f"kernel_regex: not a regular expression ({error}): {kernel_regex!r}") from None
     metrics = _check_metrics(metrics)
     launch_skip = _check_count("launch_skip", launch_skip, 0)
-    launch_count = _check_count("launch_count", launch_count, 1)
-    command = [ncu, "--csv", "--metrics", ",".join(metrics), "--kernel-name", f"regex:{kernel_regex}",
-               "--launch-skip", str(launch_skip), "--launch-count", str(launch_count)]
+    if launch_count is not None:
+        launch_count = _check_count("launch_count", launch_count, 1)
+    if not isinstance(profile_from_start, bool):
+        raise ValueError(f"profile_from_start: True or False, got {profile_from_start!r}")
+    command = [ncu, "--csv", *([] if profile_from_start else ["--profile-from-start", "off"]),
+               "--metrics", ",".join(metrics), "--kernel-name", f"regex:{kernel_regex}"]
+    if launch_skip or launch_count is not None:
+        command += ["--launch-skip", str(launch_skip)]
+    if launch_count is not None:
+        command += ["--launch-count", str(launch_count)]
     if output_csv is not None:
         if not str(output_csv).strip():
             raise ValueError("output_csv: need a file name or None")
