@@ -31,7 +31,6 @@ from gpulab.core.precision import MATMUL_TOLERANCE
 from gpulab.core.recordings import Recording
 from gpulab.core.tables import Column, Table, table
 from gpulab.core.validation import dtype_name, positive_int, torch_dtype
-from gpulab.kernels import compile_ahead
 from gpulab.kernels.triton_attention import attention, attention_forward, backward, forward, measure, reference
 from gpulab.kernels.triton_gemm.interpreter import interpreting
 
@@ -342,11 +341,6 @@ def kernel_checks(batch: int, heads: int, seq_len: int, head_dims: Sequence[int]
     label = dtype_name(dtype)
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     where = "Triton's interpreter on the CPU" if interpreting() else f"compiled, on the {torch.cuda.get_device_name()}"
-    if not interpreting():  # on a GPU: worker processes compile the four kernels of each check below, all at once
-        compile_ahead.compile_ahead([(reference.check_attention, {
-            "attention_fn": attention, "batch": batch, "heads": heads, "seq_len": seq_len, "head_dim": head_dim,
-            "dtype": torch_dtype(label), "causal": causal, "seed": seed}) for head_dim in head_dims
-            for causal in (False, True)])
     rows = []
     for head_dim in head_dims:
         for causal in (False, True):

@@ -25,7 +25,6 @@ against the target (80% at 4k tokens and more, head size 128).
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -37,7 +36,6 @@ from gpulab.core.correctness import random_tensor
 from gpulab.core.provenance import experiment
 from gpulab.core.sweep import OUT_OF_MEMORY, _is_out_of_memory, run_sweep
 from gpulab.core.validation import fits_in_memory, positive_int, positive_ints, supported_dtype, torch_dtype
-from gpulab.kernels import compile_ahead
 from gpulab.kernels.triton_attention import backward as backward_module
 from gpulab.kernels.triton_attention import forward as forward_module
 from gpulab.kernels.triton_attention.backward import attention
@@ -151,23 +149,6 @@ def checked_implementations(names: Sequence[str], head_dim: int, causal: bool, d
     return passed, refused
 
 
-def _compile_tasks(seq_lens: Sequence[int], head_dims: Sequence[int], causals: Sequence[bool],
-                   implementations: Sequence[str], dtype: str, check_len: int, forward_config: dict | None,
-                   backward_config: dict | None) -> list[tuple]:
-    """For :func:`gpulab.kernels.compile_ahead.compile_ahead`: per (head_dim, causal), one task that runs the Triton
-    check :func:`attention_race` runs first (forward and backward, so all four kernels) at ``check_len`` and at the
-    shortest timed length of each other Triton specialization of ``seq_len`` (the kernels' only integer argument;
-    1024 to 16384 are all compiled as 256 is: divisible by 16). None when Triton is not in ``implementations``."""
-    if "triton" not in implementations:
-        return []
-    lengths = compile_ahead.one_per_specialization([check_len, *seq_lens])
-    fn = functools.partial(attention, forward_config=forward_config, backward_config=backward_config)
-    return [(compile_ahead.in_turn, {"calls": [
-        (check_attention, {"attention_fn": fn, "batch": 1, "heads": 2, "seq_len": n, "head_dim": head_dim,
-                           "dtype": torch_dtype(dtype), "causal": bool(causal), "what": IMPLEMENTATIONS["triton"]})
-        for n in lengths]}) for head_dim in head_dims for causal in causals]
-
-
 @experiment("triton_attention")
 def attention_race(seq_lens: Sequence[int] = (1024, 2048, 4096, 8192, 16384), head_dims: Sequence[int] = (64, 128),
                    causals: Sequence[bool] = (False, True), implementations: Sequence[str] = tuple(IMPLEMENTATIONS),
@@ -190,8 +171,6 @@ def attention_race(seq_lens: Sequence[int] = (1024, 2048, 4096, 8192, 16384), he
             raise ValueError(f"head_dims: each one of {HEAD_DIMS} dividing model_dim {model_dim}, got {d}")
     for name in implementations:
         implementation(name)  # an unknown name fails here, before anything runs
-    compile_ahead.compile_ahead(_compile_tasks(seq_lens, head_dims, causals, implementations, label, check_len,
-                                               forward_config, backward_config))  # into Triton's disk cache
     rows = []
     for head_dim in head_dims:
         for causal in causals:
