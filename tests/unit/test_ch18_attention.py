@@ -289,3 +289,22 @@ def test_the_worked_answers(results):
     assert "- H100 80GB HBM3, 4,096 tokens, full: share 78.3%, 2.1% faster needed" in shown[5]
     assert "- H200, 4,096 tokens, full: share 83.3%, already met" in shown[5]
     assert "**1.031x** the book's count, inside the 10%" in shown[6] and "1.125x, outside" in shown[6]
+
+
+def test_head_size_64_is_compared_from_2048_tokens_on(tmp_path, monkeypatch):
+    """A tie at 1,024 tokens (as one H100 run had) leaves the claim standing; one at 2,048 or more fails it."""
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+
+    def tied_at(length):
+        rows = race_rows(lengths=(1024, 2048, 4096))
+        rate = {(r["implementation"], r["seq_len"], r["causal"]): r["forward_tflops"] for r in rows
+                if r["head_dim"] == 128 and r.get("status") == "ok"}
+        return [{**r, "forward_tflops": rate["triton", length, r["causal"]]}
+                if r["implementation"] == "triton" and r["head_dim"] == 64 and r["seq_len"] == length else r
+                for r in rows]
+
+    recordings.save(recording(H100, tied_at(1024)))
+    assert verify(claims.SLOWER_AT_64, tmp_path)[0].verdict.holds
+    recordings.save(recording(H100, tied_at(2048)))
+    with pytest.raises(ClaimFailed, match="slower_at_64"):
+        verify(claims.SLOWER_AT_64, tmp_path)
