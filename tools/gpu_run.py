@@ -6,7 +6,13 @@ notebook, and of its slowest cells, goes to ``results/<gpu>/gpu_run/<profile>.js
 checked against it). ``--profile class`` runs the class profile instead (``PROFILE = "class"``: sizes a class can
 wait for), which records only its times; the labs, which have one size, run only with the full profile.
 The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
-with the next (its earlier cells' recordings are saved). Then what needs a real GPU besides the notebooks:
+with the next (its earlier cells' recordings are saved). While one notebook runs, the next one's kernel starts and
+imports what every notebook imports (``tools/warm_kernel.py``): a notebook's time is its cells' and papermill's,
+and the notebooks' times add up to the run's. The labs that do no GPU work and save no recording
+(:data:`ALONGSIDE`) run one after another in a process of their own beside chapter 18, whose recorded numbers are GPU
+times; the run waits for them before the next notebook, and the recording's total counts that wait, so it is the
+notebooks' wall time. papermill writes each executed notebook once, when it ends (a notebook whose kernel dies leaves
+none). Then what needs a real GPU besides the notebooks:
 every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
 (``gpulab.core.timing`` against ``triton.testing.do_bench``, the two taking turns over 20 rounds; the run fails
 if their medians differ by more than 3%), and a sweep that must survive a genuine CUDA out-of-memory error.
@@ -25,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -35,6 +42,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import nbformat  # noqa: E402
 import papermill  # noqa: E402
 import torch  # noqa: E402
+from warm_kernel import WarmKernel  # noqa: E402
 
 from gpulab.core import env, rates, recordings, timing  # noqa: E402
 from gpulab.core.banner import banner  # noqa: E402
@@ -44,6 +52,10 @@ TOLERANCE = 0.03
 # On an H200 at its power limit, single pairs of the matmul disagreed by up to 5.7%, and the medians of six
 # rounds by up to 2.7%: more rounds (about a second each) shrink the noise of the medians.
 FIDELITY_ROUNDS = 20
+# Labs with no GPU work and no recording (host NumPy and torch, gloo on the host), run beside the notebook named by
+# the key: chapter 18 spends its time in GPU kernels and Nsight Compute, and records GPU times only.
+ALONGSIDE = {"18_flash_attention_and_counters": ("01_peak_rates_and_precision", "04_im2col_convolution",
+                                                 "05_lstm_by_hand", "11_all_reduce")}
 
 
 def sweep_survives_out_of_memory() -> bool:
@@ -73,6 +85,13 @@ def slowest_cells(path: Path, count: int = 8) -> list[dict]:
             for i, t, line in sorted(cells, key=lambda c: -c[1])[:count]]
 
 
+def total_seconds(times: list[dict]) -> float:
+    """The notebooks' wall time: the notebooks run one after another, plus any wait for those run beside them (a
+    notebook run beside another took none of its own)."""
+    return round(sum(t["seconds"] + t.get("waited_for_alongside_seconds", 0.0) for t in times
+                     if not t.get("alongside")), 1)
+
+
 def save_times(profile: str, times: list[dict]) -> Path:
     """``results/<gpu>/gpu_run/<profile>.json``: each notebook's seconds and slowest cells, with the machine. Saved
     after every notebook, so that a run cut short keeps what it measured; a run of some notebooks replaces their
@@ -88,10 +107,100 @@ def save_times(profile: str, times: list[dict]) -> Path:
     ran = {t["notebook"] for t in times}
     times = sorted([t for t in kept if t["notebook"] not in ran] + times, key=lambda t: t["notebook"])
     path.write_text(json.dumps({
-        "profile": profile, "total_seconds": round(sum(t["seconds"] for t in times), 1), "notebooks": times,
+        "profile": profile, "total_seconds": total_seconds(times), "notebooks": times,
         "device": info.as_dict(), "date": when, "git_commit": os.environ.get("GPULAB_GIT_COMMIT"),
     }, indent=1) + "\n")
     return path
+
+
+_PAPERMILL = ("import sys, papermill; papermill.execute_notebook(sys.argv[1], sys.argv[2], cwd=sys.argv[3], "
+              "kernel_name='python3', progress_bar=False, request_save_on_cell_execute=False)")
+
+
+class Alongside(threading.Thread):
+    """Runs ``notebooks`` one after another, each under papermill in a Python process of its own, and keeps a time
+    entry for each (marked as run beside ``host``, a notebook's path in the repository)."""
+
+    def __init__(self, notebooks: list[Path], out: Path, host: str):
+        super().__init__(daemon=True)
+        self.notebooks, self.out, self.host, self.times, self.failed = notebooks, out, host, [], []
+
+    def run(self) -> None:
+        for path in self.notebooks:
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", _PAPERMILL, str(path), str(self.out / path.name),
+                                   str(path.parent)], capture_output=True, text=True)
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            status = "ok" if done.returncode == 0 else f"FAILED: {lines[-1] if lines else done.returncode}"
+            if done.returncode:
+                self.failed.append(path.name)
+            self.times.append({"notebook": path.relative_to(ROOT).as_posix(),
+                               "seconds": round(time.perf_counter() - start, 1), "status": status,
+                               "alongside": self.host,
+                               "slowest_cells": slowest_cells(self.out / path.name)
+                               if (self.out / path.name).exists() else []})
+
+
+def split_alongside(notebooks: list[Path]) -> tuple[list[Path], dict[str, list[Path]]]:
+    """The notebooks to run one after another, and {host notebook's stem: the notebooks to run beside it}. A notebook
+    of :data:`ALONGSIDE` whose host is not run this time runs in the sequence."""
+    stems = {path.stem for path in notebooks}
+    beside = {host: [path for path in notebooks if path.stem in labs]
+              for host, labs in ALONGSIDE.items() if host in stems}
+    moved = {path for paths in beside.values() for path in paths}
+    return [path for path in notebooks if path not in moved], {h: p for h, p in beside.items() if p}
+
+
+def run_notebooks(notebooks: list[Path], out: Path, profile: str) -> tuple[list[str], list[dict]]:
+    """Run each notebook with papermill into ``out``, saving the times after each; the names of those that failed,
+    and the times. Each runs on a kernel started while the one before it ran (:class:`warm_kernel.WarmKernel`);
+    those of :data:`ALONGSIDE` run beside their host notebook (:class:`Alongside`)."""
+    notebooks, beside = split_alongside(notebooks)
+    failed, times, run_start = [], [], time.perf_counter()
+    warm = WarmKernel(notebooks[0].parent) if notebooks else None
+    try:
+        for index, path in enumerate(notebooks):
+            kernel = warm
+            # the next notebook's kernel starts and imports while this one runs
+            warm = WarmKernel(notebooks[index + 1].parent) if index + 1 < len(notebooks) else None
+            side = Alongside(beside[path.stem], out, path.relative_to(ROOT).as_posix()) if path.stem in beside else None
+            start = time.perf_counter()
+            if side is not None:
+                side.start()
+            try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
+                # written once, at the end or with the error: papermill's default, a write before and after every
+                # cell, took 4.5 s of chapter 04's SMOKE run on the build machine, and more at full size
+                kernel.execute(path, out / path.name, cwd=str(path.parent), progress_bar=False,
+                               parameters={"PROFILE": profile}, request_save_on_cell_execute=False)
+                status = "ok"
+            except papermill.PapermillExecutionError as error:
+                failed.append(path.name)
+                status = f"FAILED in cell {error.exec_count}: {error.ename}: {error.evalue}"
+            except Exception as error:  # the kernel died (a crash in CUDA, say): the next notebook has its own
+                failed.append(path.name)
+                status = f"FAILED: {type(error).__name__}: {error}"
+            finally:
+                kernel.close()
+            seconds = time.perf_counter() - start
+            entry = {"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status,
+                     "slowest_cells": slowest_cells(out / path.name) if (out / path.name).exists() else []}
+            print(f"{path.relative_to(ROOT)}: {seconds:6.1f} s  {status}", flush=True)
+            if side is not None:
+                waited = time.perf_counter()
+                side.join()
+                entry["waited_for_alongside_seconds"] = round(time.perf_counter() - waited, 1)
+                failed += side.failed
+                for t in side.times:
+                    print(f"{t['notebook']}: {t['seconds']:6.1f} s  {t['status']} (beside {path.stem})", flush=True)
+            times += [entry, *(side.times if side is not None else [])]
+            written = save_times(profile, times)
+    finally:
+        if warm is not None:  # interrupted: the kernel started for the next notebook
+            warm.close()
+    if times:
+        print(f"notebooks: {total_seconds(times):.0f} s in all ({time.perf_counter() - run_start:.0f} s "
+              f"from the first kernel's start); times in {written}")
+    return failed, times
 
 
 def main() -> int:
@@ -114,25 +223,8 @@ def main() -> int:
     notebooks = [] if args.no_notebooks else sorted(ROOT.glob("notebooks/*.ipynb"))
     if args.profile == "full" and not args.no_notebooks:  # the labs have one size: they run with the full profile
         notebooks += sorted(ROOT.glob("labs/solutions/*.ipynb"))
-    failed, times = [], []
-    for path in notebooks:
-        if args.only and not any(name in path.name for name in args.only):
-            continue
-        start = time.perf_counter()
-        try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
-            papermill.execute_notebook(str(path), str(out / path.name), cwd=str(path.parent), progress_bar=False,
-                                       parameters={"PROFILE": args.profile})
-            status = "ok"
-        except papermill.PapermillExecutionError as error:
-            failed.append(path.name)
-            status = f"FAILED in cell {error.exec_count}: {error.ename}: {error.evalue}"
-        seconds = time.perf_counter() - start
-        times.append({"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status,
-                      "slowest_cells": slowest_cells(out / path.name) if (out / path.name).exists() else []})
-        print(f"{path.relative_to(ROOT)}: {seconds:6.1f} s  {status}", flush=True)
-        written = save_times(args.profile, times)
-    if times:
-        print(f"notebooks: {sum(t['seconds'] for t in times):.0f} s in all; times in {written}")
+    notebooks = [path for path in notebooks if not args.only or any(name in path.name for name in args.only)]
+    failed, _ = run_notebooks(notebooks, out, args.profile)
     if args.no_checks:
         return 1 if failed else 0
 
