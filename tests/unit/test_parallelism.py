@@ -198,3 +198,28 @@ def test_the_memory_table_gives_fsdp_a_pth_of_ddps_state():
 def test_the_page_says_which_machine_sizes_wait(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
     assert parallel_figures.recorded_statement().startswith("Not yet measured on 2, 4 and 8 GPUs")
+
+
+def test_a_bfloat16_block_all_reduces_bfloat16_both_ways(tmp_path):
+    """Under bfloat16 autocast the row-parallel bias is added in bfloat16, so the block's output, and the gradient
+    the next column-parallel layer all-reduces in its backward, stay 2 bytes a number (a one-process gloo group)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        log: list = []
+        first, second, third = (torch.nn.Linear(8, 8) for _ in range(3))
+        column = tensor_parallel.ColumnParallelLinear(first, 0, 1, log)
+        row = tensor_parallel.RowParallelLinear(second, 0, 1, log)
+        after = tensor_parallel.ColumnParallelLinear(third, 0, 1, log)
+        x = torch.randn(4, 8)  # the model's input: no gradient, so the first layer all-reduces none
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = row(column(x))
+            assert y.dtype == torch.bfloat16
+            out = after(y)
+        out.float().sum().backward()
+        assert row.bias.grad is not None and row.bias.grad.dtype == torch.float32
+        backward = [entry for entry in log if entry["phase"] == "backward"]
+        assert [entry["bytes"] for entry in backward] == [2 * 4 * 8], log  # 4 x 8 bfloat16 numbers
+    finally:
+        dist.destroy_process_group()

@@ -222,7 +222,9 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
 
     Activations go forward with ``isend`` and gradients back the same way, each direction in its own process
     group (:func:`_directions`): a stage never waits for its message to be taken, only for the messages it
-    needs (``recv``), so no order of passes can deadlock.
+    needs (``recv``), so no order of passes can deadlock. A message is dropped once its send is done (checked
+    before each pass): kept to the end of the step, the messages would hold every micro-batch's activations, as
+    GPipe does, and 1F1B would save no memory.
     Returns the loss (on the last stage, else None) and the stage's compute intervals (phase, micro_batch,
     start, end in ``time.perf_counter`` seconds, which every process on a machine reads from the same clock).
     """
@@ -238,6 +240,8 @@ def pipeline_step(module: torch.nn.Sequential, X: torch.Tensor | None, labels: t
     forward, backward = _directions()
     sends, intervals, total = [], [], None
     for phase, i in stage_order(rank, stages, m, schedule):
+        # a message is kept until its send is done, and no longer: 1F1B's saving in activations rests on it
+        sends = [(handle, message) for handle, message in sends if not handle.is_completed()]
         if phase == "F":
             if first:
                 x = X[i * size:(i + 1) * size].to(device)

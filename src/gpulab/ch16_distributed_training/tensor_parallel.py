@@ -102,7 +102,10 @@ class ColumnParallelLinear(torch.nn.Module):
 class RowParallelLinear(torch.nn.Module):
     """This rank's slice of the inputs of ``full``: the partial sums ``X_r W_r^T``, all-reduced, plus the bias.
 
-    The bias is added once, after the sum, so every rank holds all of it (and computes the same gradient).
+    The bias is added once, after the sum, so every rank holds all of it (and computes the same gradient). It is
+    added in the sum's dtype, as ``F.linear`` adds its bias under autocast: a float32 bias added to a bfloat16 sum
+    would promote the layer's output, and with it the gradient the next column-parallel layer all-reduces in its
+    backward, to float32 (twice the bytes).
     """
 
     def __init__(self, full: torch.nn.Linear, rank: int, world: int, log: list | None = None) -> None:
@@ -113,7 +116,8 @@ class RowParallelLinear(torch.nn.Module):
         self.log = log
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ReduceFromParallel.apply(F.linear(x, self.weight), self.log) + self.bias
+        total = ReduceFromParallel.apply(F.linear(x, self.weight), self.log)
+        return total + self.bias.to(total.dtype)
 
 
 def _slice(width: int, rank: int, world: int, what: str) -> slice:
