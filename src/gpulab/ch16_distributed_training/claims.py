@@ -324,3 +324,22 @@ BUBBLE_GROWS_APART = Claim(
     "number of stages and both schedules; with the most micro-batches measured, it was more than twice the formula.",
     machines.BUBBLE,
     _bubble_grows_apart)
+
+
+def _one_f_one_b_holds_less(run: Recording) -> Verdict:
+    rows = ok_rows(run.rows)
+    most = max(r["micro_batches"] for r in rows)
+    peaks = {(r["devices"], r["schedule"]): r["peak_memory_bytes"] for r in rows if r["micro_batches"] == most}
+    stages = sorted({p for p, _ in peaks})
+    if any((p, s) not in peaks or not peaks[p, s] for p in stages for s in ("gpipe", "1f1b")):
+        raise KeyError(f"no peak memory for both schedules at {most} micro-batches")
+    shares = {p: peaks[p, "1f1b"] / peaks[p, "gpipe"] for p in stages}
+    return verdict(all(share < 0.9 for share in shares.values()),
+                   f"{_machine(run)}, {most} micro-batches: 1F1B's peak "
+                   + ", ".join(f"{shares[p]:.0%} of GPipe's on {p} stages" for p in stages))
+
+
+ONE_F_ONE_B_HOLDS_LESS = Claim(
+    "one_f_one_b_holds_less", "With the most micro-batches measured, 1F1B's peak memory on the busiest stage was "
+    "at least 10% below GPipe's on every number of stages: it starts a micro-batch's backward pass as soon as it can, "
+    "and a stage drops each message once it has been sent.", machines.BUBBLE, _one_f_one_b_holds_less)
