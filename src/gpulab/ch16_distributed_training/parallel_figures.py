@@ -41,7 +41,7 @@ def timeline_figure(rows: Sequence[dict], *, title: str, time_unit: str = "forwa
             text=[str(r["micro_batch"]) for r in mine], textposition="inside", insidetextanchor="middle",
             hovertemplate=f"{phase} of micro-batch %{{text}}<br>%{{base:.3g}} to %{{x:.3g}} later<extra></extra>"))
     bubble = pipeline.bubble_fraction(rows)
-    fig.update_layout(title=plots.wrapped_title(f"{title}<br><sub>idle share (bubble): {bubble:.1%}</sub>"),
+    fig.update_layout(title=f"{plots.wrapped_title(title)}<br><sub>idle share (bubble): {bubble:.1%}</sub>",
                       barmode="overlay", height=160 + 50 * len(stages), xaxis_title=f"time ({time_unit})",
                       yaxis_title="pipeline stage (one GPU each)",
                       yaxis=dict(autorange="reversed", categoryorder="array",
