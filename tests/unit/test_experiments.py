@@ -153,3 +153,15 @@ def test_menus_over_the_plot_stand_under_a_title_that_hangs_from_the_top():
     beside = go.Figure(layout=dict(title="t", updatemenus=[dict(x=1.02, y=0.5, buttons=[])]))
     plots.pio.renderers[plots.TEMPLATE].to_mimebundle(beside_dict := beside.to_dict())
     assert beside_dict["layout"]["updatemenus"][0]["y"] == 0.5  # a menu beside the plot stays where it is
+
+
+def test_a_title_of_three_lines_gets_the_room_the_template_lacks():
+    """The template's top margin holds two lines of title; a third (a subtitle under a wrapped title) would run
+    into the plot, so the renderer hangs such a title from the top and makes the margin hold every line."""
+    three = go.Figure(layout=dict(title="A subject:<br>NVIDIA H100 80GB HBM3, recorded 2026-11-26<br><sub>s</sub>"))
+    plots.pio.renderers[plots.TEMPLATE].to_mimebundle(three_dict := three.to_dict())
+    assert three_dict["layout"]["title"]["yanchor"] == "top"
+    assert three_dict["layout"]["margin"]["t"] == plots.TITLE_TOP + 3 * plots.TITLE_LINE + 8
+    two = go.Figure(layout=dict(title="A subject:<br>NVIDIA H200, recorded 2026-11-24"))
+    plots.pio.renderers[plots.TEMPLATE].to_mimebundle(two_dict := two.to_dict())
+    assert "yanchor" not in two_dict["layout"]["title"]  # two lines: the template's margin, untouched

@@ -30,6 +30,7 @@ TEMPLATE = "gpulab"
 
 TITLE_WIDTH = 60  # characters of a title's line: longer titles break after their last colon (a phone is narrow)
 TITLE_TOP, TITLE_LINE, MENU_ROW = 16, 23, 36  # px: above a title, per line of a title (17 px font), a menu's row
+TEMPLATE_TITLE_LINES = 2  # the lines of title the template's top margin holds
 
 
 def wrapped_title(text: str | None) -> str | None:
@@ -41,22 +42,24 @@ def wrapped_title(text: str | None) -> str | None:
     return f"{head}:<br>{tail}"
 
 
-def title_over_menus(layout: dict) -> None:
-    """Lay out (in place) a figure whose menus sit over the plot so that they never cover its title: the title
-    hangs from the figure's top (plotly draws a title's further lines below its first), the menus stand in a row on
-    the plot's top edge under it, and the top margin holds both, for the longest title a menu entry sets."""
+def make_room_for_title(layout: dict) -> None:
+    """Lay out (in place) a figure whose title does not fit the template's top margin (two lines), or whose menus
+    sit over the plot, so that nothing covers the title: the title hangs from the figure's top (plotly draws a
+    title's further lines below its first), any menus stand in a row on the plot's top edge under it, and the top
+    margin holds both, for the longest title a menu entry sets."""
     menus = [m for m in layout.get("updatemenus") or [] if m.get("y", 1.0) >= 1]  # plotly's default y is 1
-    if not menus:
-        return
-    for menu in menus:
-        menu.update(y=1, yanchor="bottom", yref="paper", pad={**menu.get("pad", {}), "b": 6})
     titles = [layout.get("title", {}).get("text") or ""] + [
         str(arg.get("title.text") or "") for menu in menus for button in menu.get("buttons") or []
         for arg in (button.get("args") or [])[1:2] if isinstance(arg, dict)]
     lines = max(title.count("<br>") + 1 for title in titles)
+    if not menus and lines <= TEMPLATE_TITLE_LINES:
+        return
+    for menu in menus:
+        menu.update(y=1, yanchor="bottom", yref="paper", pad={**menu.get("pad", {}), "b": 6})
     layout["title"] = {**layout.get("title", {}), "yref": "container", "y": 1, "yanchor": "top",
                        "pad": {"t": TITLE_TOP}}
-    layout["margin"] = {**layout.get("margin", {}), "t": TITLE_TOP + round(lines * TITLE_LINE) + 8 + MENU_ROW}
+    layout["margin"] = {**layout.get("margin", {}),
+                        "t": TITLE_TOP + round(lines * TITLE_LINE) + 8 + (MENU_ROW if menus else 0)}
 
 
 class BookRenderer(PlotlyRenderer):
@@ -70,7 +73,7 @@ class BookRenderer(PlotlyRenderer):
             title = layout["title"] = {"text": title}
         if isinstance(title, dict) and title.get("text"):
             title["text"] = wrapped_title(title["text"])
-        title_over_menus(layout)
+        make_room_for_title(layout)
         bundle = super().to_mimebundle(fig_dict)
         bundle["text/html"] = pio.to_html(
             fig_dict, include_plotlyjs=False, full_html=False, config=self.config, validate=False,
@@ -186,7 +189,7 @@ def by_gpu(runs: Sequence, figure: Callable[[object], go.Figure]) -> go.Figure:
     combined.update_layout(**{k: v for k, v in buttons[0]["args"][1].items() if k != "title.text"})
     combined.layout.updatemenus = [dict(type="dropdown", buttons=buttons, direction="down", showactive=True, active=0,
                                         x=0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=6))]
-    return combined  # the renderer puts the menu under the title (see title_over_menus)
+    return combined  # the renderer puts the menu under the title (see make_room_for_title)
 
 
 def sweep_figure(
