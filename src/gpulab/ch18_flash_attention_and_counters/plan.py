@@ -13,9 +13,7 @@ The work follows the experiments' code:
   for sm_90, on any machine;
 - the hardware counters (:func:`.profiled.profile_kernels`): every kernel in one process under Nsight Compute,
   which replays each profiled launch tens of times (a pass per group of counters, the caches flushed and the clocks
-  locked before each): the session's start (:data:`NCU_SESSION_SECONDS`), a fixed cost per kernel
-  (:data:`NCU_SECONDS_PER_KERNEL`), the replays (:data:`NCU_REPLAYS_PER_GPU_SECOND` times the kernels' own time)
-  and the kernels on 1 GiB buffers (:data:`NCU_LARGE_SECONDS`).
+  locked before each): the session's measured time (:data:`NCU_SESSION_SECONDS`).
 
 Where the Triton kernels run: under Triton's interpreter without a GPU, compiled on a GPU of compute capability
 8.0 or later. Their tiles were chosen for an H100 (up to 128 KiB of shared memory per program at head size 128),
@@ -77,22 +75,9 @@ TRITON_COMPILE_SECONDS = 2.0
 KERNELS_PER_ATTENTION = 4  # the forward, D = rowsum(dO O), dK and dV, dQ
 CHECK_SECONDS = 0.1  # an implementation's check at 256 tokens: float64 autograd on the host
 EVIDENCE_START_SECONDS = 4.5  # a Python process importing torch, Triton and gpulab (the build machine, cold)
-# Nsight Compute, all kernels in one session. Fitted to the H100's recording of 2026-11-26 (results/nvidia-h100-80gb-
-# hbm3/kernel_counters.json), made with a process per kernel: 161 s for the 20 kernels, 8.05 s each on average. Its
-# 16 kernels on small buffers fit profile_seconds = 6.8 s + 23 x the kernel's GPU time (least squares; sgemm_naive at
-# 4096, 0.34 s a launch, took 14.7 s; cuBLAS TF32, 0.4 ms, 5.9 s): 23 replays' worth of the kernel (ncu runs a pass
-# per group of counters, about 40 for our ~60 metrics, some shorter than the kernel's time). Of the 6.8 s, Python,
-# torch and CUDA starting under ncu (and the driver importing gpulab) are paid once per session, about 6 s; the rest,
-# preparing, warming up, the passes' own overhead and the check, once per kernel: taken as 1.0 s (the split is an
-# estimate until a session is timed). The transposes at 16,384 and the fused kernel at 65,536 rows, on 1 GiB buffers,
-# took 2.8-4.5 s more than the fit (3.7 s on average: filling, saving and restoring between passes and checking
-# 2 GiB); a session does that work too.
-NCU_SESSION_SECONDS = 6.0
-NCU_SECONDS_PER_KERNEL = 1.0
-NCU_REPLAYS_PER_GPU_SECOND = 23.0
-NCU_KERNELS_GPU_SECONDS = 0.443  # the 20 kernels' gpu__time_duration at their default sizes, H100 (the recording)
-NCU_LARGE_SECONDS = 3.7  # more, per kernel whose book count moves 1 GB or more (the four on 1 GiB buffers)
-NCU_LARGE_BYTES = 1e9
+# Nsight Compute, the 20 kernels at their default sizes in one session, start to end, tens of replays of each kernel
+# included: 55.7 s on the H100 and 50.7 s on the H200 (session_seconds in results/*/kernel_counters.json, 2026-11-26)
+NCU_SESSION_SECONDS = 56.0
 
 
 def _on_gpu(label: str, **work) -> Work:
@@ -145,19 +130,11 @@ def _race(s: dict) -> list[Work]:
     return work
 
 
-def ncu_session_seconds() -> float:
-    """The Nsight Compute session's predicted seconds on an H100 for the kernels at their default sizes."""
-    specs = [profiled.driver.kernel(name) for name in profiled.KERNELS]
-    large = sum(spec.cost(spec.size).bytes >= NCU_LARGE_BYTES for spec in specs)
-    return (NCU_SESSION_SECONDS + len(specs) * NCU_SECONDS_PER_KERNEL
-            + NCU_REPLAYS_PER_GPU_SECOND * NCU_KERNELS_GPU_SECONDS + large * NCU_LARGE_SECONDS)
-
-
 def _counters(s: dict) -> list[Work]:
     if not s["profile_counters"]:
         return []
     return [Work(f"Nsight Compute, one session of {len(profiled.KERNELS)} kernels", launches=0,
-                 extra_seconds=ncu_session_seconds())]
+                 extra_seconds=NCU_SESSION_SECONDS)]
 
 
 def work(s: dict) -> list[Work]:
