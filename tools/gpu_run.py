@@ -8,11 +8,12 @@ wait for), which records only its times; the labs, which have one size, run only
 The executed notebooks go to ``_build/gpu-run/``; a notebook that fails is reported and the run goes on
 with the next (its earlier cells' recordings are saved). While one notebook runs, the next one's kernel starts and
 imports what every notebook imports (``tools/warm_kernel.py``): a notebook's time is its cells' and papermill's,
-and the notebooks' times add up to the run's. The labs that do no GPU work and save no recording
-(:data:`ALONGSIDE`) run one after another in a process of their own beside chapter 18, whose recorded numbers are GPU
-times; the run waits for them before the next notebook, and the recording's total counts that wait, so it is the
-notebooks' wall time. papermill writes each executed notebook once, when it ends (a notebook whose kernel dies leaves
-none). Then what needs a real GPU besides the notebooks:
+and the notebooks' times add up to the run's. The notebooks that do no GPU work and save no recording
+(:func:`alongside`: four labs, and chapter 16 on a machine of one GPU) run one after another in a process of their own
+beside chapter 18 or 17, whose recorded numbers are GPU times; the run waits for them before the next notebook,
+and the recording's total counts that wait, so it is the notebooks' wall time. papermill writes each executed
+notebook once, when it ends (a notebook whose kernel dies leaves none).
+Then what needs a real GPU besides the notebooks:
 every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
 (``gpulab.core.timing`` against ``triton.testing.do_bench``, the two taking turns over 20 rounds; the run fails
 if their medians differ by more than 3%), and a sweep that must survive a genuine CUDA out-of-memory error.
@@ -52,10 +53,19 @@ TOLERANCE = 0.03
 # On an H200 at its power limit, single pairs of the matmul disagreed by up to 5.7%, and the medians of six
 # rounds by up to 2.7%: more rounds (about a second each) shrink the noise of the medians.
 FIDELITY_ROUNDS = 20
-# Labs with no GPU work and no recording (host NumPy and torch, gloo on the host), run beside the notebook named by
-# the key: chapter 18 spends its time in GPU kernels and Nsight Compute, and records GPU times only.
+# Notebooks with no GPU work and no recording (host NumPy and torch, gloo on the host), run beside the chapter named
+# by the key: chapters 17 and 18 spend their time in GPU kernels, Triton's compiler and Nsight Compute, and record
+# GPU times only, which a process on other cores leaves alone (the machines have 16 or more).
 ALONGSIDE = {"18_flash_attention_and_counters": ("01_peak_rates_and_precision", "04_im2col_convolution",
                                                  "05_lstm_by_hand", "11_all_reduce")}
+# Chapter 16 measures NCCL live only on a machine of two GPUs or more; on one GPU it runs gloo on the host and draws
+# the recordings, so it runs beside chapter 17 there.
+ALONGSIDE_ON_ONE_GPU = {"17_hopper_tensor_cores": ("16_distributed_training",)}
+
+
+def alongside(gpus: int) -> dict[str, tuple[str, ...]]:
+    """{a chapter's stem: the notebooks run beside it} on a machine of ``gpus`` GPUs."""
+    return {**ALONGSIDE, **(ALONGSIDE_ON_ONE_GPU if gpus < 2 else {})}
 
 
 def sweep_survives_out_of_memory() -> bool:
@@ -113,23 +123,27 @@ def save_times(profile: str, times: list[dict]) -> Path:
     return path
 
 
-_PAPERMILL = ("import sys, papermill; papermill.execute_notebook(sys.argv[1], sys.argv[2], cwd=sys.argv[3], "
-              "kernel_name='python3', progress_bar=False, request_save_on_cell_execute=False)")
+_PAPERMILL = ("import json, sys, papermill; papermill.execute_notebook(sys.argv[1], sys.argv[2], cwd=sys.argv[3], "
+              "parameters=json.loads(sys.argv[4]), kernel_name='python3', progress_bar=False, "
+              "request_save_on_cell_execute=False)")
 
 
 class Alongside(threading.Thread):
     """Runs ``notebooks`` one after another, each under papermill in a Python process of its own, and keeps a time
-    entry for each (marked as run beside ``host``, a notebook's path in the repository)."""
+    entry for each (marked as run beside ``host``, a notebook's path in the repository). A chapter gets ``profile``
+    as its ``PROFILE``; a lab has one size."""
 
-    def __init__(self, notebooks: list[Path], out: Path, host: str):
+    def __init__(self, notebooks: list[Path], out: Path, host: str, profile: str = "full"):
         super().__init__(daemon=True)
-        self.notebooks, self.out, self.host, self.times, self.failed = notebooks, out, host, [], []
+        self.notebooks, self.out, self.host, self.profile = notebooks, out, host, profile
+        self.times, self.failed = [], []
 
     def run(self) -> None:
         for path in self.notebooks:
             start = time.perf_counter()
+            parameters = {"PROFILE": self.profile} if path.parent.name == "notebooks" else {}
             done = subprocess.run([sys.executable, "-c", _PAPERMILL, str(path), str(self.out / path.name),
-                                   str(path.parent)], capture_output=True, text=True)
+                                   str(path.parent), json.dumps(parameters)], capture_output=True, text=True)
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             status = "ok" if done.returncode == 0 else f"FAILED: {lines[-1] if lines else done.returncode}"
             if done.returncode:
@@ -141,12 +155,12 @@ class Alongside(threading.Thread):
                                if (self.out / path.name).exists() else []})
 
 
-def split_alongside(notebooks: list[Path]) -> tuple[list[Path], dict[str, list[Path]]]:
-    """The notebooks to run one after another, and {host notebook's stem: the notebooks to run beside it}. A notebook
-    of :data:`ALONGSIDE` whose host is not run this time runs in the sequence."""
+def split_alongside(notebooks: list[Path], gpus: int = 1) -> tuple[list[Path], dict[str, list[Path]]]:
+    """The notebooks to run one after another, and {host notebook's stem: the notebooks to run beside it} on a machine
+    of ``gpus`` GPUs (:func:`alongside`). A notebook whose host is not run this time runs in the sequence."""
     stems = {path.stem for path in notebooks}
-    beside = {host: [path for path in notebooks if path.stem in labs]
-              for host, labs in ALONGSIDE.items() if host in stems}
+    beside = {host: [path for path in notebooks if path.stem in guests]
+              for host, guests in alongside(gpus).items() if host in stems}
     moved = {path for paths in beside.values() for path in paths}
     return [path for path in notebooks if path not in moved], {h: p for h, p in beside.items() if p}
 
@@ -154,8 +168,8 @@ def split_alongside(notebooks: list[Path]) -> tuple[list[Path], dict[str, list[P
 def run_notebooks(notebooks: list[Path], out: Path, profile: str) -> tuple[list[str], list[dict]]:
     """Run each notebook with papermill into ``out``, saving the times after each; the names of those that failed,
     and the times. Each runs on a kernel started while the one before it ran (:class:`warm_kernel.WarmKernel`);
-    those of :data:`ALONGSIDE` run beside their host notebook (:class:`Alongside`)."""
-    notebooks, beside = split_alongside(notebooks)
+    those of :func:`alongside` run beside their host notebook (:class:`Alongside`)."""
+    notebooks, beside = split_alongside(notebooks, torch.cuda.device_count())
     failed, times, run_start = [], [], time.perf_counter()
     warm = WarmKernel(notebooks[0].parent) if notebooks else None
     try:
@@ -163,7 +177,8 @@ def run_notebooks(notebooks: list[Path], out: Path, profile: str) -> tuple[list[
             kernel = warm
             # the next notebook's kernel starts and imports while this one runs
             warm = WarmKernel(notebooks[index + 1].parent) if index + 1 < len(notebooks) else None
-            side = Alongside(beside[path.stem], out, path.relative_to(ROOT).as_posix()) if path.stem in beside else None
+            side = (Alongside(beside[path.stem], out, path.relative_to(ROOT).as_posix(), profile)
+                    if path.stem in beside else None)
             start = time.perf_counter()
             if side is not None:
                 side.start()

@@ -16,7 +16,9 @@ module that imports them, stay for the notebook's own cells; :data:`WARM_IMPORTS
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from queue import Empty
 
 import papermill
 from jupyter_client.manager import AsyncKernelManager
@@ -69,9 +71,27 @@ class WarmKernel:
         papermill.execute_notebook(str(path), str(output), km=self.manager, **papermill_arguments)
 
     def close(self) -> None:
-        """Shut the kernel down (as papermill does with its own: politely, then killed if it does not stop)."""
+        """Shut the kernel down (as papermill does with its own: politely, then killed if it does not stop).
+
+        First the kernel freezes its objects (``gc.freeze()``, silently): the notebook is done, and the full garbage
+        collections of the kernel's exit (IPython's atexit, then Python's finalization) walked every object a chapter
+        made, more than the 2.5 s jupyter_client waits before it sends SIGTERM. And this client's channels stop
+        while the kernel is alive: stopped after it, its heartbeat socket held a ping queued for the dead kernel,
+        and closing its context waited out the socket's 1 s linger, up to the next heartbeat (whole seconds)."""
         try:
-            if self.manager.has_kernel:
-                run_sync(self.manager.shutdown_kernel)(now=False)
+            if self.manager.has_kernel and run_sync(self.manager.is_alive)():  # a dead kernel would not reply
+                self._freeze_objects()
         finally:
             self._client.stop_channels()
+            if self.manager.has_kernel:
+                run_sync(self.manager.shutdown_kernel)(now=False)
+
+    def _freeze_objects(self, timeout: float = 10.0) -> None:
+        """``gc.freeze()`` in the kernel, waiting for its reply (a kernel that died or hangs is shut down anyway)."""
+        msg_id = self._client.execute("import gc as _gc; _gc.freeze(); del _gc", silent=True, store_history=False)
+
+        async def reply() -> None:
+            while (await self._client.get_shell_msg(timeout=timeout))["parent_header"].get("msg_id") != msg_id:
+                pass  # the warm-up's reply, unread until now
+        with contextlib.suppress(Empty):  # no reply in time
+            run_sync(reply)()

@@ -13,11 +13,22 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gpu_run  # noqa: E402  (tools/ is not a package)
 
 
-def test_every_lab_alongside_exists_and_its_host_is_a_chapter():
-    for host, labs in gpu_run.ALONGSIDE.items():
+def test_every_notebook_alongside_exists_and_its_host_is_a_chapter():
+    for host, guests in gpu_run.alongside(1).items():
         assert (ROOT / "notebooks" / f"{host}.ipynb").is_file()
-        for lab in labs:
-            assert (ROOT / "labs" / "solutions" / f"{lab}.ipynb").is_file(), lab
+        for guest in guests:
+            folders = ("labs/solutions", "notebooks")
+            assert any((ROOT / folder / f"{guest}.ipynb").is_file() for folder in folders), guest
+
+
+def test_chapter_16_runs_beside_only_on_one_gpu():
+    """With two GPUs chapter 16 times NCCL live: it must run alone then."""
+    chapter = ROOT / "notebooks" / "16_distributed_training.ipynb"
+    host = ROOT / "notebooks" / "17_hopper_tensor_cores.ipynb"
+    sequence, beside = gpu_run.split_alongside([chapter, host], gpus=1)
+    assert sequence == [host] and beside == {host.stem: [chapter]}
+    sequence, beside = gpu_run.split_alongside([chapter, host], gpus=2)
+    assert sequence == [chapter, host] and beside == {}
 
 
 def test_the_labs_move_beside_their_host_only_when_it_runs():
@@ -38,12 +49,17 @@ def test_the_total_is_the_wall_time():
 
 
 def test_a_notebook_alongside_runs_in_its_own_process_and_is_timed(tmp_path):
-    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
-    good.write_text(writes(new_notebook(cells=[new_code_cell("x = 1 + 1")])))
+    (tmp_path / "notebooks").mkdir()
+    good, bad = tmp_path / "notebooks" / "good.ipynb", tmp_path / "bad.ipynb"
+    # a chapter (in notebooks/) gets the run's profile as its PROFILE parameter; this one fails without it
+    good.write_text(writes(new_notebook(cells=[new_code_cell("PROFILE = None", metadata={"tags": ["parameters"]}),
+                                               new_code_cell("assert PROFILE == 'class', PROFILE")],
+                                        metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                                 "display_name": "Python 3"}})))
     bad.write_text(writes(new_notebook(cells=[new_code_cell("raise ValueError('wrong on purpose')")])))
     out = tmp_path / "out"
     out.mkdir()
-    side = gpu_run.Alongside([good, bad], out, "notebooks/18_flash_attention_and_counters.ipynb")
+    side = gpu_run.Alongside([good, bad], out, "notebooks/18_flash_attention_and_counters.ipynb", "class")
     original = gpu_run.ROOT
     gpu_run.ROOT = tmp_path  # the entries name notebooks relative to the repository; here, to tmp_path
     try:
@@ -51,7 +67,7 @@ def test_a_notebook_alongside_runs_in_its_own_process_and_is_timed(tmp_path):
         side.join(timeout=300)
     finally:
         gpu_run.ROOT = original
-    assert [t["notebook"] for t in side.times] == ["good.ipynb", "bad.ipynb"]
+    assert [t["notebook"] for t in side.times] == ["notebooks/good.ipynb", "bad.ipynb"]
     assert side.times[0]["status"] == "ok" and (out / "good.ipynb").is_file()
     assert side.times[1]["status"].startswith("FAILED") and "wrong on purpose" in side.times[1]["status"]
     assert side.failed == ["bad.ipynb"]
