@@ -123,9 +123,20 @@ def save_times(profile: str, times: list[dict]) -> Path:
     return path
 
 
+# papermill's arguments for every notebook the run executes. Each executed notebook is written once, at the end or
+# with the error: papermill's default, a write before and after every cell, took 4.5 s of chapter 04's SMOKE run on
+# the build machine, and more at full size
+PAPERMILL_ARGUMENTS = {"progress_bar": False, "request_save_on_cell_execute": False}
 _PAPERMILL = ("import json, sys, papermill; papermill.execute_notebook(sys.argv[1], sys.argv[2], cwd=sys.argv[3], "
-              "parameters=json.loads(sys.argv[4]), kernel_name='python3', progress_bar=False, "
-              "request_save_on_cell_execute=False)")
+              "kernel_name='python3', **json.loads(sys.argv[4]))")
+
+
+def time_entry(path: Path, out: Path, seconds: float, status: str, **more) -> dict:
+    """A notebook's entry in the time recording: its path in the repository, its seconds and status, and the slowest
+    cells of its executed copy in ``out`` (none where it left no copy)."""
+    executed = out / path.name
+    return {"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status, **more,
+            "slowest_cells": slowest_cells(executed) if executed.exists() else []}
 
 
 class Alongside(threading.Thread):
@@ -142,17 +153,14 @@ class Alongside(threading.Thread):
         for path in self.notebooks:
             start = time.perf_counter()
             parameters = {"PROFILE": self.profile} if path.parent.name == "notebooks" else {}
+            arguments = {**PAPERMILL_ARGUMENTS, "parameters": parameters}
             done = subprocess.run([sys.executable, "-c", _PAPERMILL, str(path), str(self.out / path.name),
-                                   str(path.parent), json.dumps(parameters)], capture_output=True, text=True)
+                                   str(path.parent), json.dumps(arguments)], capture_output=True, text=True)
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             status = "ok" if done.returncode == 0 else f"FAILED: {lines[-1] if lines else done.returncode}"
             if done.returncode:
                 self.failed.append(path.name)
-            self.times.append({"notebook": path.relative_to(ROOT).as_posix(),
-                               "seconds": round(time.perf_counter() - start, 1), "status": status,
-                               "alongside": self.host,
-                               "slowest_cells": slowest_cells(self.out / path.name)
-                               if (self.out / path.name).exists() else []})
+            self.times.append(time_entry(path, self.out, time.perf_counter() - start, status, alongside=self.host))
 
 
 def split_alongside(notebooks: list[Path], gpus: int = 1) -> tuple[list[Path], dict[str, list[Path]]]:
@@ -183,10 +191,8 @@ def run_notebooks(notebooks: list[Path], out: Path, profile: str) -> tuple[list[
             if side is not None:
                 side.start()
             try:  # a failing notebook keeps the recordings its earlier cells saved, and the next one still runs
-                # written once, at the end or with the error: papermill's default, a write before and after every
-                # cell, took 4.5 s of chapter 04's SMOKE run on the build machine, and more at full size
-                kernel.execute(path, out / path.name, cwd=str(path.parent), progress_bar=False,
-                               parameters={"PROFILE": profile}, request_save_on_cell_execute=False)
+                kernel.execute(path, out / path.name, cwd=str(path.parent), parameters={"PROFILE": profile},
+                               **PAPERMILL_ARGUMENTS)
                 status = "ok"
             except papermill.PapermillExecutionError as error:
                 failed.append(path.name)
@@ -197,8 +203,7 @@ def run_notebooks(notebooks: list[Path], out: Path, profile: str) -> tuple[list[
             finally:
                 kernel.close()
             seconds = time.perf_counter() - start
-            entry = {"notebook": path.relative_to(ROOT).as_posix(), "seconds": round(seconds, 1), "status": status,
-                     "slowest_cells": slowest_cells(out / path.name) if (out / path.name).exists() else []}
+            entry = time_entry(path, out, seconds, status)
             print(f"{path.relative_to(ROOT)}: {seconds:6.1f} s  {status}", flush=True)
             if side is not None:
                 waited = time.perf_counter()
