@@ -289,6 +289,16 @@ def test_predictions_within_the_tie_pass():
     assert tie.ok and "a tie" in tie.detail
 
 
+def test_autotuning_that_kept_a_slower_kernel_is_not_the_students_mistake():
+    unlucky = [row("a", "NHWC", "tf32", False, 61.3), row("a", "NHWC", "tf32", True, 68.3),
+               row("a", "NHWC", "float16", True, 75.7)]  # the H100's 3x3, C=60 on one run of four
+    on = diagnose.diagnose_prediction(("NHWC", "tf32", True), "a", unlucky)
+    assert on.ok and "1.11x slower, and right all the same" in on.detail and "first call" in on.detail
+    assert diagnose.diagnose_prediction(("NHWC", "float16", True), "a", unlucky).problem == "slower"  # not its twin
+    heuristic_lost = [row("a", "NCHW", "float16", False, 80), row("a", "NCHW", "float16", True, 55)]
+    assert diagnose.diagnose_prediction(("NCHW", "float16", False), "a", heuristic_lost).problem == "slower"
+
+
 def test_a_slower_prediction_says_why():
     precision = diagnose.diagnose_prediction(("NCHW", "float32", False), "a", ROWS)
     assert precision.problem == "slower" and "9.31x slower" in precision.detail
