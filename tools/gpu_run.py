@@ -16,7 +16,8 @@ notebook once, when it ends (a notebook whose kernel dies leaves none).
 Then what needs a real GPU besides the notebooks:
 every GPU-only unit test (``pytest -m gpu``, the tests marked ``needs_gpu``), the timing-fidelity benchmark
 (``gpulab.core.timing`` against ``triton.testing.do_bench``, the two taking turns over 20 rounds; the run fails
-if their medians differ by more than 3%), and a sweep that must survive a genuine CUDA out-of-memory error.
+if their medians differ by more than 3% for a copy, or 5% for a matmul at the power limit: :data:`TOLERANCE`), and
+a sweep that must survive a genuine CUDA out-of-memory error.
 
     python tools/gpu_run.py                 # everything
     python tools/gpu_run.py 03 lab_07       # only the notebooks whose names contain 03 or lab_07, then the checks
@@ -49,7 +50,15 @@ from gpulab.core import env, rates, recordings, timing  # noqa: E402
 from gpulab.core.banner import banner  # noqa: E402
 from gpulab.core.sweep import OUT_OF_MEMORY, run_sweep  # noqa: E402
 
-TOLERANCE = 0.03
+# How far the two timers' medians may differ, by the work's first word. The copy runs well below the power limit, and
+# they agree within 3%. The matmul holds the GPU at its power limit, where its time follows the share of the time the
+# GPU spends on it (its duty), which each timer's flushes between calls set: on an H100 (2026-11-26, 8 rounds in turns)
+# cuBLAS's float16 matmul of 4096^3 read 6.7% faster than do_bench (duty 0.70) with two 256 MiB flushes before each
+# call (duty 0.52), and 6.4% slower back to back (0.99), while gpulab's own timer (two flushes of 100 MiB, 0.74)
+# read 0.05% faster. gpulab's flush count follows the host's time to queue a call, so its duty moves with the host:
+# on a 4-GPU H100 machine it read the matmul 3.2% faster over 20 rounds (17 of them faster). So the matmul's limit is
+# 5%; a broken timer (no synchronisation, a wrong unit) misses by far more.
+TOLERANCE = {"matmul": 0.05, "copy": 0.03}
 # On an H200 at its power limit, single pairs of the matmul disagreed by up to 5.7%, and the medians of six
 # rounds by up to 2.7%: more rounds (about a second each) shrink the noise of the medians.
 FIDELITY_ROUNDS = 20
@@ -93,6 +102,11 @@ def slowest_cells(path: Path, count: int = 8) -> list[dict]:
              for i, c in enumerate(nbformat.read(path, as_version=4).cells) if c.cell_type == "code"]
     return [{"cell": i, "seconds": round(t, 2), "first_line": (line or [""])[0][:100]}
             for i, t, line in sorted(cells, key=lambda c: -c[1])[:count]]
+
+
+def fidelity_beyond(rows: list[dict]) -> list[str]:
+    """The works of a ``timing_fidelity`` recording whose timers differ by more than their :data:`TOLERANCE`."""
+    return [row["work"] for row in rows if abs(row["difference"]) > TOLERANCE[row["work"].split()[0]]]
 
 
 def total_seconds(times: list[dict]) -> float:
@@ -258,10 +272,12 @@ def main() -> int:
         low, high = min(row["round_differences"]), max(row["round_differences"])
         print(f"{row['work']:>24} {row['gpulab_seconds'] * 1e3:15.4f} ms {row['do_bench_seconds'] * 1e3:9.4f} ms "
               f"{row['difference']:+10.2%}  {low:+.2%} to {high:+.2%}")
-    worst = max(abs(row["difference"]) for row in fidelity.rows)
-    if worst > TOLERANCE:
+    beyond = fidelity_beyond(fidelity.rows)
+    if beyond:
         failed.append("timing fidelity")
-    print(f"{'FAIL' if worst > TOLERANCE else 'OK'}: the timers differ by at most {worst:.1%} (limit {TOLERANCE:.0%})")
+    limits = ", ".join(f"{work} {limit:.0%}" for work, limit in TOLERANCE.items())
+    print(f"{'FAIL' if beyond else 'OK'}: the timers differ by more than their limit for "
+          f"{', '.join(beyond) or 'no work'} (limits: {limits})")
     if not sweep_survives_out_of_memory():
         print("FAIL: the sweep did not turn a CUDA out-of-memory error into a row")
         failed.append("out-of-memory sweep")
