@@ -295,6 +295,11 @@ def test_autotuning_that_kept_a_slower_kernel_is_not_the_students_mistake():
     on = diagnose.diagnose_prediction(("NHWC", "tf32", True), "a", unlucky)
     assert on.ok and "1.11x slower, and right all the same" in on.detail and "first call" in on.detail
     assert diagnose.diagnose_prediction(("NHWC", "float16", True), "a", unlucky).problem == "slower"  # not its twin
+    also_beaten = [*unlucky, row("a", "NHWC", "float16", False, 62.0)]  # another setting beat it too: a real loss
+    assert diagnose.diagnose_prediction(("NHWC", "tf32", True), "a", also_beaten).problem == "slower"
+    far = [row("a", "NHWC", "tf32", False, 61.3), row("a", "NHWC", "tf32", True, 200.0),
+           row("a", "NHWC", "float16", True, 65.0), row("a", "NCHW", "float16", False, 70.0)]
+    assert diagnose.diagnose_prediction(("NHWC", "tf32", True), "a", far).problem == "slower"
     heuristic_lost = [row("a", "NCHW", "float16", False, 80), row("a", "NCHW", "float16", True, 55)]
     assert diagnose.diagnose_prediction(("NCHW", "float16", False), "a", heuristic_lost).problem == "slower"
 
