@@ -8,8 +8,8 @@ a level; a printed block wider than the text column at 1400 px, or anything that
 of a saved widget view that looks as if it answered without a kernel; a traceback or an exception's message on the
 page; Markdown table pipes printed as text; an issue by number or tracker (a page speaks of its subject, not of
 the work that made it); hover text that shows raw field names; a figure's title cut off at 390 px, or covered by its
-menu. The local server compresses text with gzip, as GitHub Pages and other web servers do; the test prints each page's
-weight uncompressed and compressed.
+menu; an icon drawn higher than two lines of its text. The local server compresses text with gzip, as GitHub Pages
+and other web servers do; the test prints each page's weight uncompressed and compressed.
 """
 
 from __future__ import annotations
@@ -196,6 +196,10 @@ LEAKED_TEXT = """() => {
     }
     return problems;
 }"""
+OVERSIZED_ICONS = """() => [...document.querySelectorAll('svg.svg-inline--fa')]
+    .map(svg => [svg, svg.getBoundingClientRect().height, parseFloat(getComputedStyle(svg.parentElement).fontSize)])
+    .filter(([svg, height, font]) => height > 2 * font)
+    .map(([svg, height]) => `an icon ${Math.round(height)}px high: "${svg.getAttribute('class')}"`)"""
 FIGURE_POLISH = """divs => divs.flatMap(div => {
     const problems = [], title = div.querySelector('.gtitle');
     const name = (title && title.textContent || '').slice(0, 50);
@@ -223,7 +227,7 @@ def reading_problems(page) -> list[str]:
     width = page.viewport_size["width"]
     problems = page.evaluate(LIVE_CONTROLS) + page.evaluate(LEAKED_TEXT)
     problems += page.evaluate(WIDE_OUTPUT) if width >= 1000 else page.evaluate(PAGE_WIDER_THAN_SCREEN)
-    problems += page.eval_on_selector_all(".plotly-graph-div", FIGURE_POLISH)
+    problems += page.eval_on_selector_all(".plotly-graph-div", FIGURE_POLISH) + page.evaluate(OVERSIZED_ICONS)
     return [f"{p} (at {width} px)" for p in problems]
 
 
@@ -305,14 +309,17 @@ def test_reading_check_names_each_problem(browser):
         "<p>| layer | time |<br>|---|---|</p><p>See issue 12 for the plan.</p>"
         "<p>Four warps issue an instruction each clock.</p>"
         "<div class='widget-subarea'><select><option>a</option></select><button disabled>b</button>"
-        "<div class='js-plotly-plot'><button class='modebar-btn'>zoom</button></div></div></article>")
+        "<div class='js-plotly-plot'><button class='modebar-btn'>zoom</button></div></div>"
+        "<p>Contents <svg class='fa-list svg-inline--fa' viewBox='0 0 512 512'><path d='M0 0h512v512z'/></svg></p>"
+        "<p>Code <svg class='fa-code svg-inline--fa' viewBox='0 0 640 512' style='height:1em'></svg></p></article>")
     problems = reading_problems(page)
     page.close()
-    assert len(problems) == 5, problems
+    assert len(problems) == 6, problems
     assert problems[0].startswith("a widget control that looks live without a kernel: <select>")
     assert "an exception's text on the page" in problems[1] and "TypeError: '<'" in problems[1]
     assert problems[2].startswith("Markdown table pipes") and problems[3].startswith('"issue 12"')
     assert problems[4].startswith("an output") and "wider than the column" in problems[4]
+    assert problems[5].startswith("an icon") and "fa-list" in problems[5]  # the one sized by a line of text passes
 
 
 def test_saved_widget_view_draws_with_its_figure_and_note(built_book, server, browser):
