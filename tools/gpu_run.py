@@ -104,9 +104,15 @@ def slowest_cells(path: Path, count: int = 8) -> list[dict]:
             for i, t, line in sorted(cells, key=lambda c: -c[1])[:count]]
 
 
+def fidelity_limit(work: str) -> float:
+    """How far the two timers may differ on ``work`` (a ``timing_fidelity`` row's name): :data:`TOLERANCE` of its
+    first word."""
+    return TOLERANCE[work.split()[0]]
+
+
 def fidelity_beyond(rows: list[dict]) -> list[str]:
-    """The works of a ``timing_fidelity`` recording whose timers differ by more than their :data:`TOLERANCE`."""
-    return [row["work"] for row in rows if abs(row["difference"]) > TOLERANCE[row["work"].split()[0]]]
+    """The works of a ``timing_fidelity`` recording whose timers differ by more than their :func:`fidelity_limit`."""
+    return [row["work"] for row in rows if abs(row["difference"]) > fidelity_limit(row["work"])]
 
 
 def total_seconds(times: list[dict]) -> float:
@@ -276,7 +282,7 @@ def main() -> int:
     if beyond:
         failed.append("timing fidelity")
     print(f"{'FAIL' if beyond else 'OK'}: " + "; ".join(
-        f"{row['work']} {row['difference']:+.1%} (limit {TOLERANCE[row['work'].split()[0]]:.0%})"
+        f"{row['work']} {row['difference']:+.1%} (limit {fidelity_limit(row['work']):.0%})"
         for row in fidelity.rows))
     if not sweep_survives_out_of_memory():
         print("FAIL: the sweep did not turn a CUDA out-of-memory error into a row")
